@@ -1,0 +1,77 @@
+"""What every chapter's second cell calls: check the parameters cell, pick the device, seed, save results.
+
+A chapter's ``parameters`` cell holds ``profile``, ``device``, ``seed`` and ``out_dir``; the next cell calls
+:func:`start` with the chapter's profile table, which validates them, resolves the device in one place
+(:func:`hoplib.device.get_device`), seeds every generator and prints one line of provenance. Results go
+through :meth:`ChapterRun.save`, which writes a JSON file with provenance when ``out_dir`` is set (the
+papermill runner sets it) and writes nothing during the book build.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import hoplib
+from hoplib._validate import check_choice, check_int
+from hoplib.device import get_device, seed_everything
+from hoplib.provenance import save_results
+
+
+@dataclass
+class ChapterRun:
+    """The resolved settings of one execution of a chapter."""
+
+    chapter: str
+    profile: str
+    device: torch.device
+    seed: int
+    settings: dict[str, Any]
+    out_dir: Path | None
+    started: float = field(default_factory=time.perf_counter)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.settings[key]
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {"chapter": self.chapter, "profile": self.profile, "device": str(self.device),
+                "seed": self.seed, **self.settings}
+
+    def save(self, name: str, data: Any) -> Path | None:
+        """Write ``out_dir/<chapter>/<profile>/<name>.json`` with provenance; nothing if ``out_dir`` is unset."""
+        if self.out_dir is None:
+            return None
+        path = self.out_dir / f"{name}.json"
+        return save_results(path, data, self.parameters, self.device, time.perf_counter() - self.started)
+
+
+def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | None,
+          profiles: dict[str, dict[str, Any]]) -> ChapterRun:
+    """Validate a chapter's parameters and return its :class:`ChapterRun` (prints a one-line summary)."""
+    check_choice("profile", profile, tuple(profiles))
+    seed = check_int("seed", seed, low=0, high=2**32 - 1)
+    dev = get_device(device)
+    seed_everything(seed)
+    out = Path(out_dir) / chapter / profile if out_dir else None
+    run = ChapterRun(chapter, profile, dev, seed, dict(profiles[profile]), out)
+    print(f"hoplib {hoplib.__version__} | torch {torch.__version__} | chapter {chapter} | profile {profile} "
+          f"| device {dev.type} | seed {seed}" + (f" | results -> {out}" if out else ""))
+    return run
+
+
+def glue(name: str, value: Any, display: bool = False) -> Any:
+    """myst-nb's ``glue`` when it is installed (the book build), else nothing (Colab, plain Jupyter).
+
+    Prose quotes executed values through ``{glue:text}`` roles, so no number is ever typed by hand.
+    """
+    try:
+        from myst_nb import glue as _glue
+    except ImportError:  # pragma: no cover - only outside the book's environment
+        return value
+    _glue(name, value, display=display)
+    return value

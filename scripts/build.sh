@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Build the book: install what is missing, regenerate the Colab notebooks, execute every chapter (quick profile,
+# CPU) and render _build/html. Warnings are errors; an execution error fails the build.
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+python scripts/notebooks.py sync
+start=$(date +%s)
+jupyter-book build . -W -n --keep-going "$@"
+echo "book built in $(( $(date +%s) - start )) s: open _build/html/index.html"

@@ -1,0 +1,49 @@
+"""Build one chapter (plus the intro and bibliography) into a private folder, warnings as errors.
+
+    python scripts/build_one.py construction      # -> .tmp/build-construction/_build/html
+
+For checking a chapter in isolation while others build the whole book; it uses the book's own _config.yml
+with a table of contents that lists only that chapter.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    name = argv[0]
+    if not (ROOT / "chapters" / f"{name}.md").exists():
+        print(f"no chapter chapters/{name}.md", file=sys.stderr)
+        return 2
+    work = ROOT / ".tmp" / f"build-{name}"
+    if work.exists():
+        shutil.rmtree(work)
+    (work / "chapters").mkdir(parents=True)
+    for f in ("_config.yml", "references.bib", "intro.md", "bibliography.md", "status.md"):
+        shutil.copy(ROOT / f, work / f)
+    shutil.copy(ROOT / "chapters" / f"{name}.md", work / "chapters" / f"{name}.md")
+    if (ROOT / "chapters" / f"{name}.ipynb").exists():
+        shutil.copy(ROOT / "chapters" / f"{name}.ipynb", work / "chapters" / f"{name}.ipynb")
+    for extra in ("results",):
+        if (ROOT / extra).exists():
+            shutil.copytree(ROOT / extra, work / extra)
+    (work / "_toc.yml").write_text(
+        "format: jb-book\nroot: intro\nparts:\n  - caption: Chapter\n    numbered: true\n    chapters:\n"
+        f"      - file: chapters/{name}\n  - caption: About\n    chapters:\n"
+        "      - file: status\n      - file: bibliography\n"
+    )
+    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(work), "-W", "-n", "--keep-going"]
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

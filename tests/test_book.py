@@ -1,0 +1,161 @@
+"""Tests of the book itself: structure, parameters cells, generated Colab notebooks and their install cell."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import notebooks  # noqa: E402
+
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part.get("chapters", [])]
+    return files
+
+
+def test_every_chapter_is_in_the_table_of_contents():
+    listed = set(toc_files())
+    for md in CHAPTERS:
+        assert f"chapters/{md.stem}" in listed, f"{md.name} is not in _toc.yml"
+    for f in listed:
+        assert (ROOT / f"{f}.md").exists(), f"_toc.yml lists {f}, which does not exist"
+
+
+def test_config_pins_main_branch_colab_and_extensions():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["repository"]["branch"] == "main"
+    assert config["launch_buttons"]["colab_url"].startswith("https://colab.research.google.com")
+    assert {"sphinx_proof", "sphinx_exercise"} <= set(config["sphinx"]["extra_extensions"])
+    assert config["execute"]["execute_notebooks"] == "force"
+    assert config["sphinx"]["config"]["nb_execution_raise_on_error"] is True
+
+
+def test_requirements_pin_jupyter_book_below_2_and_cpu_torch():
+    reqs = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert reqs["jupyter-book"].startswith("1.")
+    assert reqs["torch"] == "2.13.0"
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_has_parameters_cell_first_and_exercises_last(md):
+    nb = jupytext.read(md, fmt="md:myst")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", []), "the first code cell must be tagged parameters"
+    names = {line.split("=")[0].strip() for line in code[0].source.splitlines() if "=" in line}
+    assert {"profile", "device", "seed", "out_dir"} <= names
+    assert "notebook.start(" in code[1].source or "nb.start(" in code[1].source, "settings derive in cell 2"
+    text = md.read_text()
+    assert "\n## Exercises" in text and "{exercise}" in text
+    assert text.index("## Exercises") > text.index("parameters")
+    body = text.split("\n---\n", 1)[1].lstrip()
+    assert body.startswith(f"(chap-{md.stem.replace('_', '-')})="), "the chapter opens with its label"
+
+
+def test_colab_notebooks_are_in_sync_with_sources():
+    problems = notebooks.check()
+    assert not problems, "run `python scripts/notebooks.py sync`:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_colab_notebook_starts_with_install_cell_from_config(md):
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "colab-install" in first_code.metadata["tags"]
+    assert "google.colab" in first_code.source
+    assert notebooks.repository_source() in first_code.source
+    assert "torch" not in first_code.source.split("never reinstalled.")[1], "the install cell never names torch"
+
+
+def test_drift_is_detected(tmp_path, monkeypatch):
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    md = chapters / "demo.md"
+    md.write_text(textwrap.dedent("""\
+        ---
+        jupytext:
+          text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+        kernelspec: {display_name: Python 3, language: python, name: python3}
+        ---
+        # Demo
+
+        ```{code-cell} ipython3
+        x = 1
+        ```
+        """))
+    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
+    monkeypatch.setattr(notebooks, "CHAPTERS", chapters)
+    assert notebooks.check() == ["chapters/demo.ipynb is missing"]
+    notebooks.sync()
+    assert notebooks.check() == []
+    md.write_text(md.read_text().replace("x = 1", "x = 2"))
+    assert notebooks.check() == ["chapters/demo.ipynb is out of date with chapters/demo.md"]
+    notebooks.sync()
+    (chapters / "orphan.ipynb").write_text(notebooks.render(notebooks.to_notebook(md)))
+    assert notebooks.check() == ["chapters/orphan.ipynb has no .md source"]
+
+
+def _main_site_packages() -> str:
+    return next(p for p in site.getsitepackages() if p.endswith("site-packages"))
+
+
+def test_colab_install_cell_installs_hoplib_into_a_fresh_environment(tmp_path):
+    """Run a generated notebook in a new venv without hoplib, the install source pointed at this checkout.
+
+    The venv sees this environment's third-party packages (torch, numpy, jupyter: Colab's preinstalled set)
+    through a .pth file, but not hoplib. The notebook's first cell must install hoplib, the chapter must then
+    run to the end, and torch must not be reinstalled.
+    """
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    venv_site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                    check=True, capture_output=True, text=True).stdout.strip())
+    (venv_site / "preinstalled.pth").write_text(_main_site_packages() + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    probe = subprocess.run([str(py), "-c", "import hoplib"], cwd=work, capture_output=True, text=True)
+    assert probe.returncode != 0, "hoplib must not be importable before the install cell runs"
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for item in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / item, checkout / item)
+    shutil.copytree(ROOT / "hoplib", checkout / "hoplib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "chapters" / "hop_task.ipynb", work / "hop_task.ipynb")
+
+    runner = textwrap.dedent("""\
+        import nbformat, sys
+        from nbclient import NotebookClient
+        nb = nbformat.read("hop_task.ipynb", as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": "."}}).execute()
+        nbformat.write(nb, "executed.ipynb")
+        """)
+    env = {**os.environ, "HOPLIB_INSTALL_SOURCE": str(checkout), "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run([str(py), "-c", runner], cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    installed = subprocess.run([str(py), "-c", "import hoplib; print(hoplib.__file__)"], cwd=work,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    assert installed.startswith(str(venv)), f"hoplib should be installed in the fresh venv, found {installed}"
+    assert not (venv_site / "torch").exists(), "torch must not be reinstalled"
+    assert not (venv_site / "numpy").exists(), "numpy must not be reinstalled"

@@ -1,0 +1,114 @@
+"""Tests of the support modules: device choice, provenance files, the chapter runner, baselines, checkers."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import hoplib
+from hoplib import baselines, device, notebook, provenance
+from hoplib.exercises import check_function
+from hoplib.exercises.tasks import check_find, check_hop
+from hoplib.tasks import HopTask, find, hop, hop_reference
+
+
+def test_get_device_auto_and_cpu():
+    assert device.get_device("cpu") == torch.device("cpu")
+    assert device.get_device("auto").type in {"cpu", "cuda", "mps"}
+    assert device.get_device(torch.device("cpu")).type == "cpu"
+
+
+def test_get_device_rejects_unknown_and_missing():
+    with pytest.raises(ValueError, match="device must be one of"):
+        device.get_device("tpu")
+    with pytest.raises(TypeError, match="device must be a string"):
+        device.get_device(3)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cuda"):
+            device.get_device("cuda")
+
+
+def test_seed_everything_makes_torch_reproducible():
+    device.seed_everything(3)
+    a = torch.rand(3)
+    device.seed_everything(3)
+    assert torch.equal(a, torch.rand(3))
+    with pytest.raises(ValueError, match="seed must be in"):
+        device.seed_everything(-1)
+
+
+def test_save_results_is_atomic_and_has_provenance(tmp_path):
+    path = provenance.save_results(tmp_path / "sub" / "r.json", {"x": np.arange(3)}, {"p": 1}, "cpu", 1.23456)
+    record = json.loads(path.read_text())
+    assert record["data"] == {"x": [0, 1, 2]}
+    assert record["parameters"] == {"p": 1}
+    prov = record["provenance"]
+    assert prov["hoplib_version"] == hoplib.__version__
+    assert prov["device"] == "cpu" and prov["wall_time_s"] == 1.235
+    assert prov["torch_version"] == torch.__version__ and prov["git_commit"]
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"], "no temporary file left behind"
+    assert provenance.load_results(path)["data"]["x"] == [0, 1, 2]
+
+
+def test_atomic_write_keeps_old_file_when_serialisation_fails(tmp_path):
+    path = tmp_path / "r.json"
+    provenance.save_results(path, {"ok": 1}, {}, "cpu")
+    with pytest.raises(TypeError):
+        provenance.save_results(path, {"bad": object()}, {}, "cpu")
+    assert json.loads(path.read_text())["data"] == {"ok": 1}
+    assert sorted(os.listdir(tmp_path)) == ["r.json"]
+
+
+def test_load_results_rejects_foreign_json(tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a hoplib results file"):
+        provenance.load_results(tmp_path / "x.json")
+
+
+def test_chapter_run_validates_and_saves(tmp_path, capsys):
+    profiles = {"quick": {"n": 1}, "paper": {"n": 100}}
+    run = notebook.start("demo", "paper", "cpu", 0, str(tmp_path), profiles)
+    assert run["n"] == 100 and run.device.type == "cpu"
+    assert "profile paper" in capsys.readouterr().out
+    path = run.save("numbers", {"a": 1})
+    assert path == tmp_path / "demo" / "paper" / "numbers.json"
+    assert json.loads(path.read_text())["parameters"]["n"] == 100
+    assert notebook.start("demo", "quick", "cpu", 0, "", profiles).save("x", {}) is None
+    with pytest.raises(ValueError, match="profile must be one of"):
+        notebook.start("demo", "huge", "cpu", 0, "", profiles)
+
+
+def test_authors_style_generator_agrees_with_hoptask_layout():
+    task = HopTask(seq_len=40, max_hops=6)
+    inputs, targets = baselines.authors_style_sample(task, 20, np.random.default_rng(0))
+    assert inputs.shape == targets.shape == (20, 39)
+    v = task.vocab
+    for row in range(20):
+        k = int(inputs[row, 0])
+        letters = inputs[row, 1:] - v.first_letter
+        assert (letters[1:] != letters[:-1]).all()
+        expected = [a + v.first_letter if a >= 0 else v.no_answer for a in hop_reference(letters.tolist(), k)]
+        assert targets[row, 1:].tolist() == expected and targets[row, 0] == v.blank
+
+
+def test_measure_throughput_counts_items():
+    out = baselines.measure_throughput(lambda: None, 10, min_seconds=0.01)
+    assert out["calls"] >= 1 and out["items_per_s"] > 0
+
+
+def test_checkers_accept_correct_and_explain_wrong_functions():
+    assert check_find(lambda x: find(x).tolist()).passed
+    assert check_hop(lambda x, k: hop(x, k)).passed
+    wrong = check_hop(lambda x, k: hop(x, k + 1))
+    assert not wrong.passed and "expected" in wrong.message and "k=" in wrong.message
+    crashing = check_find(lambda x: 1 / 0)
+    assert not crashing.passed and "ZeroDivisionError" in crashing.message
+
+
+def test_check_function_rejects_non_callable():
+    with pytest.raises(TypeError, match="user_fn must be callable"):
+        check_function(3, abs, [(1,)])
