@@ -43,7 +43,12 @@ def _find_torch(x: torch.Tensor) -> torch.Tensor:
     n = x.shape[-1]
     flat = x.reshape(-1, n)
     # Stable sort by symbol keeps positions ascending within a symbol.
-    vals, order = torch.sort(flat, dim=-1, stable=True)
+    if flat.device.type == "cpu" and flat.numel() and -(2**15) <= int(flat.min()) and int(flat.max()) < 2**15:
+        # On CPU, NumPy's stable sort of 16-bit integers is a radix sort: several times faster than torch.sort.
+        order = torch.from_numpy(np.argsort(flat.numpy().astype(np.int16), axis=-1, kind="stable"))
+        vals = torch.gather(flat, 1, order)
+    else:
+        vals, order = torch.sort(flat, dim=-1, stable=True)
     prev_pos = torch.full_like(order, -1)
     same = vals[:, 1:] == vals[:, :-1]
     prev_pos[:, 1:] = torch.where(same, order[:, :-1], torch.full_like(order[:, 1:], -1))
