@@ -64,14 +64,19 @@ def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | Non
     return run
 
 
-def glue(name: str, value: Any, display: bool = False) -> Any:
+def glue(name: str, value: Any, display: bool = False) -> None:
     """myst-nb's ``glue`` when it is installed (the book build), else nothing (Colab, plain Jupyter).
 
-    Prose quotes executed values through ``{glue:text}`` roles, so no number is ever typed by hand.
+    Prose quotes executed values through ``{glue:text}`` roles, so no number is ever typed by hand. A glued
+    matplotlib figure is closed afterwards, so it appears once, where ``{glue:figure}`` places it (outside the
+    book, e.g. on Colab, the figure is left open and Jupyter's inline backend shows it in place).
     """
     try:
         from myst_nb import glue as _glue
     except ImportError:  # pragma: no cover - only outside the book's environment
-        return value
+        return
     _glue(name, value, display=display)
-    return value
+    if hasattr(value, "savefig"):
+        import matplotlib.pyplot as plt
+
+        plt.close(value)
