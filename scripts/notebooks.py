@@ -5,10 +5,10 @@
     python scripts/notebooks.py run hop_task -p profile paper -p device cuda [--out results]
 
 The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in one
-way: a first code cell, built from ``repository.url`` in ``_config.yml``, that installs hoplib when (and only
-when) the notebook runs on Google Colab, or when ``HOPLIB_INSTALL_SOURCE`` is set (the test that proves the
-cell works points it at a local checkout). It never installs torch or numpy: hoplib's requirements are ranges
-that Colab's preinstalled versions satisfy.
+way: a first code cell, built from ``repository`` in ``_config.yml``, that clones the book and installs hoplib
+from it when (and only when) the notebook runs on Google Colab, or when ``HOPLIB_INSTALL_SOURCE`` is set (the
+test that proves the cell works points it at a local git checkout). It never installs torch or numpy:
+hoplib's requirements are ranges that Colab's preinstalled versions satisfy.
 """
 
 from __future__ import annotations
@@ -27,25 +27,29 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
 
 INSTALL_CELL = '''\
-# Colab setup, generated from _config.yml (not part of the chapter's source). On Google Colab it installs
-# hoplib from the book's repository; anywhere else it does nothing. torch and numpy are never reinstalled.
+# Colab setup, generated from _config.yml (not part of the chapter's source). On Google Colab it clones the
+# book's repository (for hoplib and the stored results), installs hoplib from it and moves into the chapter's
+# folder; anywhere else it does nothing. torch and numpy are never reinstalled.
 import os
 import subprocess
 import sys
 
 if "google.colab" in sys.modules or os.environ.get("HOPLIB_INSTALL_SOURCE"):
-    try:
-        import hoplib  # noqa: F401
-    except ImportError:
-        source = os.environ.get("HOPLIB_INSTALL_SOURCE") or "{source}"
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", source])'''
+    book_dir = os.path.abspath("{name}")
+    if not os.path.isdir(book_dir):
+        source = os.environ.get("HOPLIB_INSTALL_SOURCE")
+        branch = [] if source else ["--branch", "{branch}"]
+        subprocess.check_call(["git", "clone", "--quiet", "--depth", "1", *branch, source or "{url}", book_dir])
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "-e", book_dir])
+    os.chdir(os.path.join(book_dir, "chapters"))
+    sys.path.insert(0, book_dir)  # the running kernel sees the fresh install at once'''
 
 
-def repository_source() -> str:
-    """pip's install source for hoplib, from ``repository.url`` and ``repository.branch`` in _config.yml."""
+def repository() -> dict[str, str]:
+    """``url``, ``branch`` and folder ``name`` of the book's repository, from _config.yml (the one place)."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    repo = config["repository"]
-    return f"hoplib @ git+{repo['url'].rstrip('/')}.git@{repo.get('branch', 'main')}"
+    url = config["repository"]["url"].rstrip("/")
+    return {"url": url, "branch": config["repository"].get("branch", "main"), "name": url.rsplit("/", 1)[-1]}
 
 
 def chapter_sources() -> list[Path]:
@@ -56,7 +60,7 @@ def to_notebook(md_path: Path, with_install_cell: bool = True) -> nbformat.Noteb
     """Convert one MyST chapter to a notebook with deterministic cell ids (and the Colab install cell)."""
     nb = jupytext.read(md_path, fmt="md:myst")
     if with_install_cell:
-        cell = nbformat.v4.new_code_cell(INSTALL_CELL.format(source=repository_source()))
+        cell = nbformat.v4.new_code_cell(INSTALL_CELL.format(**repository()))
         cell.metadata["tags"] = ["colab-install", "hide-output"]
         first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
         nb.cells.insert(first_code, cell)

@@ -80,7 +80,8 @@ def test_colab_notebook_starts_with_install_cell_from_config(md):
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "colab-install" in first_code.metadata["tags"]
     assert "google.colab" in first_code.source
-    assert notebooks.repository_source() in first_code.source
+    repo = notebooks.repository()
+    assert repo["url"] in first_code.source and repo["branch"] in first_code.source
     assert "torch" not in first_code.source.split("never reinstalled.")[1], "the install cell never names torch"
 
 
@@ -121,8 +122,8 @@ def test_colab_install_cell_installs_hoplib_into_a_fresh_environment(tmp_path):
     """Run a generated notebook in a new venv without hoplib, the install source pointed at this checkout.
 
     The venv sees this environment's third-party packages (torch, numpy, jupyter: Colab's preinstalled set)
-    through a .pth file, but not hoplib. The notebook's first cell must install hoplib, the chapter must then
-    run to the end, and torch must not be reinstalled.
+    through a .pth file, but not hoplib. The notebook's first cell must clone the (stand-in) repository and
+    install hoplib from it, the chapter must then run to the end, and torch and numpy must not be reinstalled.
     """
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -135,11 +136,17 @@ def test_colab_install_cell_installs_hoplib_into_a_fresh_environment(tmp_path):
     probe = subprocess.run([str(py), "-c", "import hoplib"], cwd=work, capture_output=True, text=True)
     assert probe.returncode != 0, "hoplib must not be importable before the install cell runs"
 
-    checkout = tmp_path / "checkout"
+    checkout = tmp_path / "checkout"  # a git repository standing in for the book's public one
     checkout.mkdir()
     for item in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / item, checkout / item)
     shutil.copytree(ROOT / "hoplib", checkout / "hoplib", ignore=shutil.ignore_patterns("__pycache__"))
+    (checkout / "chapters").mkdir()
+    shutil.copy(ROOT / "chapters" / "hop_task.ipynb", checkout / "chapters" / "hop_task.ipynb")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=checkout, check=True)
+    subprocess.run([*git, "add", "."], cwd=checkout, check=True)
+    subprocess.run([*git, "commit", "-qm", "snapshot"], cwd=checkout, check=True)
     shutil.copy(ROOT / "chapters" / "hop_task.ipynb", work / "hop_task.ipynb")
 
     runner = textwrap.dedent("""\
@@ -154,8 +161,13 @@ def test_colab_install_cell_installs_hoplib_into_a_fresh_environment(tmp_path):
     env.pop("PYTHONPATH", None)
     result = subprocess.run([str(py), "-c", runner], cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    installed = subprocess.run([str(py), "-c", "import hoplib; print(hoplib.__file__)"], cwd=work,
+    clone = work / notebooks.repository()["name"]
+    assert (clone / "chapters" / "hop_task.ipynb").exists(), "the cell clones the book"
+    installed = subprocess.run([str(py), "-c", "import hoplib; print(hoplib.__file__)"], cwd=tmp_path,
                                capture_output=True, text=True, check=True).stdout.strip()
-    assert installed.startswith(str(venv)), f"hoplib should be installed in the fresh venv, found {installed}"
+    assert installed.startswith(str(clone)), f"hoplib should be installed from the clone, found {installed}"
+    executed = nbformat.read(work / "executed.ipynb", as_version=4)
+    outputs = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.outputs)
+    assert "profile quick" in outputs and "disagreements" in outputs, "the chapter ran to the end"
     assert not (venv_site / "torch").exists(), "torch must not be reinstalled"
     assert not (venv_site / "numpy").exists(), "numpy must not be reinstalled"
