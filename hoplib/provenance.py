@@ -30,7 +30,9 @@ def git_commit(path: str | os.PathLike | None = None) -> str:
         return "unknown"
     if out.returncode != 0:
         return "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+    # Uncommitted or untracked code (library, chapters, scripts) means the commit alone does not reproduce it.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "hoplib", "chapters", "scripts", "benchmarks"],
+                           cwd=where.parent if where.name == "hoplib" else where,
                            capture_output=True, text=True, timeout=10).stdout.strip()
     return out.stdout.strip() + ("+dirty" if dirty else "")
 

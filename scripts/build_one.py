@@ -31,6 +31,7 @@ def main(argv: list[str]) -> int:
     for f in ("_config.yml", "references.bib", "intro.md", "bibliography.md", "status.md"):
         shutil.copy(ROOT / f, work / f)
     shutil.copy(ROOT / "chapters" / f"{name}.md", work / "chapters" / f"{name}.md")
+    shutil.copy(ROOT / "chapters" / "hop_task.md", work / "chapters" / "hop_task.md")  # the intro links to it
     if (ROOT / "chapters" / f"{name}.ipynb").exists():
         shutil.copy(ROOT / "chapters" / f"{name}.ipynb", work / "chapters" / f"{name}.ipynb")
     for extra in ("results",):
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
             shutil.copytree(ROOT / extra, work / extra)
     (work / "_toc.yml").write_text(
         "format: jb-book\nroot: intro\nparts:\n  - caption: Chapter\n    numbered: true\n    chapters:\n"
-        f"      - file: chapters/{name}\n  - caption: About\n    chapters:\n"
+        + ("" if name == "hop_task" else "      - file: chapters/hop_task\n")
+        + f"      - file: chapters/{name}\n  - caption: About\n    chapters:\n"
         "      - file: status\n      - file: bibliography\n"
     )
     cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(work), "-W", "-n", "--keep-going"]

@@ -1,0 +1,173 @@
+"""MPC protocols agree with direct computations: hop_k with hoplib.tasks.hop, components with networkx."""
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoplib.mpc import MPCLimitError, MPCSimulator
+from hoplib.mpc.primitives import forward_fill, lookup, reduce_min, sample_sort
+from hoplib.mpc.protocols import connected_components_protocol, cycles_instance, hop_protocol
+from hoplib.tasks import hop
+
+
+def _nx_labels(edges, n):
+    g = nx.Graph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(np.asarray(edges).tolist())
+    ref = np.empty(n, dtype=np.int64)
+    for comp in nx.connected_components(g):
+        ref[list(comp)] = min(comp)
+    return ref
+
+
+def test_sample_sort_then_forward_fill_sorts_and_links_predecessors_with_audit():
+    rng = np.random.default_rng(1)
+    keys = rng.permutation(10_000)[:300]
+    sim = MPCSimulator(30, 96, audit=True)
+    sim.load("t", np.arange(300) % 30, keys[:, None])
+    sample_sort(sim, "t", 300)
+    forward_fill(sim, "t")
+    sim.finish()
+    t = sim.table("t")
+    order = np.lexsort((t.data[:, 0], t.machine))
+    d = t.data[order]
+    assert np.all(np.diff(d[:, 0]) > 0)  # globally sorted by (machine, key)
+    assert d[0, 1] == 0 and np.all(d[1:, 1] == 1) and np.all(d[1:, 2] == d[:-1, 0])
+
+
+def test_lookup_with_a_hot_key_stays_within_memory():
+    q, s = 60, 128
+    sim = MPCSimulator(q, s, audit=True)
+    sim.load("d", np.arange(10) % q, np.column_stack([np.arange(10), np.arange(10) * 7]))
+    req = np.zeros((200, 3), np.int64)  # 200 requests for key 3: no single machine could answer them all
+    req[:, 0], req[:, 1], req[:, 2] = 3, np.arange(200) % q, np.arange(200)
+    sim.load("r", req[:, 1], req)
+    lookup(sim, "d", "r", "out", value_width=1, n_records=210)
+    out = sim.table("out")
+    assert sorted(out.data[:, 0].tolist()) == list(range(200))
+    assert np.all(out.data[:, 1] == 1) and np.all(out.data[:, 2] == 21)
+    assert np.all(out.machine == out.data[:, 0] % q)
+
+
+def test_reduce_min_delivers_one_minimum_per_target():
+    rng = np.random.default_rng(2)
+    q, s = 16, 128
+    tgt, val = rng.integers(0, 5, 150), rng.integers(0, 50, 150)
+    sim = MPCSimulator(q, s, audit=True)
+    sim.load("m", np.arange(150) % q, np.column_stack([tgt, val, tgt % q]))
+    reduce_min(sim, "m", "out", n_values=50, n_records=150)
+    out = sim.table("out")
+    got = {int(a): int(b) for a, b in out.data}
+    assert got == {t: int(val[tgt == t].min()) for t in np.unique(tgt)}
+    assert np.all(out.machine == out.data[:, 0] % q)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 5, 8])
+def test_hop_protocol_matches_hop_with_audit(k):
+    x = np.random.default_rng(k).integers(0, 3, 120)
+    answer, stats = hop_protocol(x, k, 64, audit=True)
+    np.testing.assert_array_equal(answer, hop(x, k))
+    assert stats.max_memory <= 64
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=300), st.integers(0, 40),
+       st.sampled_from([64, 100, 256]))
+def test_hop_protocol_matches_hop_on_random_sequences(xs, k, memory):
+    x = np.array(xs, dtype=np.int64)
+    answer, stats = hop_protocol(x, k, memory)
+    np.testing.assert_array_equal(answer, hop(x, k))
+    assert stats.max_memory <= memory
+
+
+def test_hop_protocol_doubling_rounds_are_two_per_bit_of_k():
+    x = np.random.default_rng(0).integers(0, 4, 500)
+    for k in (1, 2, 3, 16, 31, 100):
+        _, stats = hop_protocol(x, k, 128)
+        assert stats.phases["pointer doubling"] == 2 * k.bit_length()
+
+
+def test_hop_protocol_rejects_bad_inputs():
+    with pytest.raises(ValueError, match="memory"):
+        hop_protocol(np.zeros(10, np.int64), 1, 31)
+    with pytest.raises(ValueError, match="x must hold symbols"):
+        hop_protocol(np.array([-1, 2]), 1, 64)
+    with pytest.raises(TypeError, match="x"):
+        hop_protocol([1, 2, 3], 1, 64)
+    with pytest.raises(ValueError, match="k"):
+        hop_protocol(np.zeros(10, np.int64), -1, 64)
+
+
+def test_connected_components_protocol_matches_networkx_with_audit():
+    rng = np.random.default_rng(3)
+    n = 24
+    edges = rng.integers(0, n, (16, 2))
+    labels, stats = connected_components_protocol(edges, n, 256, audit=True)
+    np.testing.assert_array_equal(labels, _nx_labels(edges, n))
+    assert stats.max_memory <= 256
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_connected_components_protocol_matches_networkx_on_random_graphs(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(50, 400))
+    edges = rng.integers(0, n, (int(rng.integers(0, n)), 2))
+    labels, _ = connected_components_protocol(edges, n, 256)
+    np.testing.assert_array_equal(labels, _nx_labels(edges, n))
+
+
+def test_connected_components_protocol_handles_a_star_whose_centre_is_hot():
+    n = 300  # every edge touches vertex 0: unsorted lookups would flood its machine
+    edges = np.column_stack([np.zeros(n - 1, np.int64), np.arange(1, n)])
+    labels, stats = connected_components_protocol(edges, n, 256)
+    assert np.all(labels == 0) and stats.max_memory <= 256
+
+
+@pytest.mark.parametrize("n", [64, 512])
+def test_one_cycle_versus_two_cycles_is_decided(n):
+    one, _ = connected_components_protocol(cycles_instance(n, False, 5), n, 256)
+    two, _ = connected_components_protocol(cycles_instance(n, True, 5), n, 256)
+    assert len(np.unique(one)) == 1 and len(np.unique(two)) == 2
+
+
+def test_a_too_small_memory_for_the_protocol_raises_limit_error():
+    sim = MPCSimulator(2, 6)
+    with pytest.raises(MPCLimitError):
+        sim.load("t", np.zeros(4, np.int64), np.zeros((4, 2), np.int64))
+
+
+def test_cycles_instance_shapes_and_checks():
+    e = cycles_instance(10, True, 0)
+    assert e.shape == (10, 2) and len(np.unique(_nx_labels(e, 10))) == 2
+    with pytest.raises(ValueError, match="even"):
+        cycles_instance(11, False)
+
+
+@pytest.mark.slow
+def test_hop_protocol_on_a_hundred_thousand_words():
+    x = np.random.default_rng(7).integers(0, 4, 100_000)
+    answer, stats = hop_protocol(x, 37, 1264)
+    np.testing.assert_array_equal(answer, hop(x, 37))
+    assert stats.max_memory <= 1264 and stats.phases["pointer doubling"] == 2 * (37).bit_length()
+
+
+@pytest.mark.slow
+def test_components_on_larger_cycles_and_random_graphs():
+    for two in (False, True):
+        labels, stats = connected_components_protocol(cycles_instance(4096, two, 3), 4096, 512)
+        assert len(np.unique(labels)) == (2 if two else 1) and stats.max_memory <= 512
+    rng = np.random.default_rng(9)
+    edges = rng.integers(0, 3000, (2500, 2))
+    labels, _ = connected_components_protocol(edges, 3000, 512)
+    np.testing.assert_array_equal(labels, _nx_labels(edges, 3000))
+
+
+def test_connected_components_protocol_rejects_bad_edges():
+    with pytest.raises(ValueError, match="edges must name vertices"):
+        connected_components_protocol(np.array([[0, 5]]), 5, 128)
+    with pytest.raises(ValueError, match="shape"):
+        connected_components_protocol(np.array([[0, 1, 2]]), 5, 128)
+    with pytest.raises(ValueError, match="too large"):
+        connected_components_protocol(np.zeros((2**19, 2), np.int64), 2**20, 128)
