@@ -1,0 +1,280 @@
+"""Tests for hoplib.rnn: the paper's RNN model (Corollary 5.2), trained kinds and hand-built exact hop_k RNNs."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoplib import rnn
+from hoplib.tasks import HopTask, hop
+
+
+# --------------------------------------------------------------------------- bit encodings
+def test_float_bits_roundtrip_is_bitwise_exact_including_special_values():
+    t = torch.cat([torch.randn(3, 20), torch.tensor([[0.0, -0.0, float("inf"), -float("inf"), 1e-40] * 4] * 3)], 1)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = t.to(dtype)
+        bits = rnn.float_to_bits(x)
+        assert bits.shape == (3, 40 * torch.finfo(dtype).bits)
+        back = rnn.bits_to_float(bits, (40,), dtype)
+        assert torch.equal(back.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                           x.view(torch.int16 if dtype != torch.float32 else torch.int32))
+
+
+@given(st.lists(st.integers(0, 2**13 - 1), min_size=1, max_size=30))
+def test_uint_bits_roundtrip(values):
+    v = torch.tensor([values])
+    assert torch.equal(rnn.bits_to_uint(rnn.uint_to_bits(v, 13), 13), v)
+
+
+def test_uint_to_bits_rejects_values_that_do_not_fit():
+    with pytest.raises(ValueError, match="width"):
+        rnn.uint_to_bits(torch.tensor([[8]]), 3)
+    with pytest.raises(TypeError, match="t must be"):
+        rnn.float_to_bits(torch.zeros(2, 2, dtype=torch.float64))
+
+
+# --------------------------------------------------------------------------- hand-built models
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(1, 8), a=st.integers(1, 9), n=st.integers(1, 60), seed=st.integers(0, 10**6))
+def test_hop_rnn_is_exact_on_random_inputs_with_repeats(k, a, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, a, (6, n), generator=g)
+    model = rnn.hop_rnn(k, a)
+    assert model.n_layers == k
+    logits = model(x)
+    assert logits.shape == (6, n, a + 1)
+    assert torch.equal(logits.argmax(-1), rnn.hop_classes(x, k, a))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 16])
+def test_hop_rnn_is_exact_on_hop_task_letters_without_repeats(k):
+    task = HopTask(seq_len=100, alphabet_size=4, max_hops=16)
+    x = task.letters(32, torch.Generator().manual_seed(k), torch.device("cpu"))
+    out = rnn.hop_rnn(k, 4)(x).argmax(-1)
+    expected = hop(x, k)
+    assert torch.equal(out, torch.where(expected < 0, torch.full_like(expected, 4), expected))
+
+
+def test_hop_rnn_with_one_layer_too_few_is_wrong_somewhere():
+    x = torch.randint(0, 4, (16, 50), generator=torch.Generator().manual_seed(0))
+    assert not torch.equal(rnn.hop_rnn(2, 4)(x).argmax(-1), rnn.hop_classes(x, 3, 4))
+
+
+@pytest.mark.parametrize("a", [1, 2, 3, 4, 7, 8, 100])
+def test_hop_rnn_state_is_alphabet_plus_one_symbols_of_log_bits(a):
+    model = rnn.hop_rnn(3, a)
+    assert model.state_bits() == [(a + 1) * max(1, math.ceil(math.log2(a + 1)))] * 3
+
+
+@settings(max_examples=20, deadline=None)
+@given(k=st.integers(0, 6), a=st.integers(2, 6), n=st.integers(1, 40), seed=st.integers(0, 10**6))
+def test_prefix_rnn_is_exact_with_one_layer(k, a, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, a, (4, n), generator=g)
+    model = rnn.prefix_rnn(k, a, max_len=n)
+    assert model.n_layers == 1
+    assert torch.equal(model(x).argmax(-1), rnn.hop_classes(x, k, a))
+    assert model.state_bits() == [n * math.ceil(math.log2(a + 1))]
+
+
+def test_prefix_rnn_on_hop_task_letters_and_length_limit():
+    task = HopTask(seq_len=60, alphabet_size=4, max_hops=16)
+    x = task.letters(8, torch.Generator().manual_seed(1), torch.device("cpu"))
+    assert torch.equal(rnn.prefix_rnn(6, 4, 58)(x).argmax(-1), rnn.hop_classes(x, 6, 4))
+    with pytest.raises(ValueError, match="max_len"):
+        rnn.prefix_rnn(6, 4, 57)(x)
+
+
+@pytest.mark.parametrize("make", [lambda: rnn.hop_rnn(3, 5), lambda: rnn.prefix_rnn(3, 5, 30)])
+def test_hand_built_layers_run_blockwise_and_their_states_roundtrip_through_bits(make):
+    model = make()
+    x = torch.randint(0, 5, (3, 30), generator=torch.Generator().manual_seed(2))
+    z = model.embed(x)
+    for layer in model.layers:
+        full, state = layer(z)
+        left, mid = layer(z[:, :11])
+        mid = layer.decode_state(layer.encode_state(mid))
+        right, state2 = layer(z[:, 11:], mid)
+        assert torch.equal(torch.cat([left, right], 1), full)
+        assert all(torch.equal(s, s2) for s, s2 in zip(state, state2, strict=True))
+        assert layer.encode_state(state).shape == (3, layer.state_bits())
+        z = full
+
+
+def test_hand_built_models_reject_ids_outside_the_alphabet():
+    with pytest.raises(ValueError, match="ids"):
+        rnn.hop_rnn(2, 3)(torch.tensor([[0, 3]]))
+    with pytest.raises(ValueError, match="k"):
+        rnn.hop_rnn(0, 3)
+
+
+# --------------------------------------------------------------------------- trainable kinds
+def _mamba_sequential(layer: rnn.MambaLayer, z: torch.Tensor) -> torch.Tensor:
+    """The Mamba layer's recurrence written as a plain loop over positions (reference for the matrix form)."""
+    b, t, _ = z.shape
+    hn, p, s = layer.n_heads, layer.d_inner // layer.n_heads, layer.d_state
+    u = layer.in_proj(layer.norm(z))
+    g, xbc, dt = torch.split(u, [layer.d_inner, layer.conv_dim, hn], dim=-1)
+    padded = F.pad(xbc.transpose(1, 2), (layer.d_conv - 1, 0))
+    xbc = F.silu(F.conv1d(padded, layer.conv.weight, layer.conv.bias, groups=layer.conv_dim)).transpose(1, 2)
+    v, bm, cm = torch.split(xbc, [layer.d_inner, s, s], dim=-1)
+    v = v.reshape(b, t, hn, p)
+    step = F.softplus(dt + layer.dt_bias)
+    a = -torch.exp(layer.A_log)
+    state = torch.zeros(b, hn, p, s)
+    ys = []
+    for i in range(t):
+        decay = torch.exp(step[:, i] * a)[:, :, None, None]
+        state = decay * state + (step[:, i, :, None] * v[:, i])[..., None] * bm[:, i, None, None, :]
+        ys.append((state @ cm[:, i, None, :, None]).squeeze(-1) + layer.D[None, :, None] * v[:, i])
+    y = torch.stack(ys, 1).reshape(b, t, layer.d_inner)
+    return layer.mlp(z + layer.out_proj(layer.out_norm(y * F.silu(g))))
+
+
+def test_mamba_layer_matrix_form_equals_its_sequential_recurrence():
+    torch.manual_seed(0)
+    layer = rnn.MambaLayer(16, d_state=8, n_heads=4)
+    z = torch.randn(3, 25, 16)
+    out, _ = layer(z)
+    torch.testing.assert_close(out, _mamba_sequential(layer, z), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", rnn.KINDS)
+def test_trainable_layers_pass_their_state_exactly_between_blocks(kind):
+    torch.manual_seed(1)
+    model = rnn.recurrent_model(kind, 10, d_model=16, n_layers=1)
+    layer = model.layers[0]
+    z = model.embed(torch.randint(0, 10, (2, 30)))
+    full, state = layer(z)
+    left, mid = layer(z[:, :13])
+    decoded = layer.decode_state(layer.encode_state(mid))
+    assert all(torch.equal(a, b) for a, b in zip(mid, decoded, strict=True))
+    right, state2 = layer(z[:, 13:], decoded)
+    torch.testing.assert_close(torch.cat([left, right], 1), full, atol=1e-5, rtol=1e-5)
+    for a, b in zip(state, state2, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert layer.encode_state(state).shape == (2, layer.state_bits())
+
+
+@pytest.mark.parametrize("kind,bits", [("gru", 16 * 32), ("lstm", 2 * 16 * 32)])
+def test_gru_and_lstm_state_bits(kind, bits):
+    assert rnn.recurrent_model(kind, 5, d_model=16, n_layers=3).state_bits() == [bits] * 3
+
+
+@pytest.mark.parametrize("kind", rnn.KINDS)
+def test_recurrent_model_is_causal_and_has_the_training_interface(kind):
+    torch.manual_seed(0)
+    task = HopTask(seq_len=20, alphabet_size=4, max_hops=4)
+    model = rnn.recurrent_model(kind, task.vocab_size, d_model=16, n_layers=2)
+    x, _ = task.sample(3, seed=0)
+    logits = model(x)
+    assert logits.shape == (3, task.length, task.vocab_size)
+    x2 = x.clone()
+    x2[:, 10:] = (x2[:, 10:] + 1) % task.vocab_size
+    torch.testing.assert_close(model(x2)[:, :10], logits[:, :10])  # no position sees the future
+    assert not torch.allclose(model(x2)[:, 10:], logits[:, 10:])
+
+
+@pytest.mark.parametrize("kind", rnn.KINDS)
+def test_recurrent_model_fits_a_fixed_batch(kind):
+    torch.manual_seed(0)
+    task = HopTask(seq_len=20, alphabet_size=4, max_hops=2)
+    model = rnn.recurrent_model(kind, task.vocab_size, d_model=32, n_layers=1)
+    x, y = task.sample(8, seed=1)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(40):
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        assert all(p.grad is not None for p in model.parameters())
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_recurrent_model_validates_arguments():
+    with pytest.raises(ValueError, match="kind"):
+        rnn.recurrent_model("rwkv", 10)
+    with pytest.raises(ValueError, match="n_layers"):
+        rnn.recurrent_model("gru", 10, n_layers=0)
+    with pytest.raises(TypeError, match="layer_kwargs"):
+        rnn.recurrent_model("gru", 10, d_state=4)
+    with pytest.raises(ValueError, match="n_heads"):
+        rnn.MambaLayer(10, n_heads=3)
+    with pytest.raises(TypeError, match="RecurrentLayer"):
+        rnn.RecurrentStack(torch.nn.Identity(), [torch.nn.Linear(2, 2)], torch.nn.Identity())
+
+
+def test_count_parameters_counts_trainable_weights():
+    m = rnn.recurrent_model("gru", 10, d_model=8, n_layers=1, mlp_ratio=0)
+    gru = 3 * (8 * 8 + 8 * 8 + 2 * 8)
+    assert rnn.count_parameters(m) == 10 * 8 + 2 * 8 + gru + 2 * 8 + 8 * 10 + 10
+
+
+# --------------------------------------------------------------------------- depth for width
+def test_collapse_turns_depth_k_into_one_layer_of_k_times_the_width():
+    model = rnn.hop_rnn(4, 5)
+    flat = rnn.collapse(model)
+    assert flat.n_layers == 1
+    assert flat.state_bits() == [sum(model.state_bits())]
+    x = torch.randint(0, 5, (4, 35), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(flat(x).argmax(-1), rnn.hop_classes(x, 4, 5))
+    layer = flat.layers[0]
+    z = flat.embed(x)
+    _, state = layer(z)
+    assert all(torch.equal(a, b) for a, b in zip(layer.decode_state(layer.encode_state(state)), state, strict=True))
+
+
+def test_collapse_of_a_trainable_model_computes_the_same_function():
+    torch.manual_seed(0)
+    model = rnn.recurrent_model("lstm", 7, d_model=8, n_layers=3)
+    ids = torch.randint(0, 7, (2, 15))
+    torch.testing.assert_close(rnn.collapse(model)(ids), model(ids), atol=1e-5, rtol=1e-5)
+    with pytest.raises(TypeError, match="model"):
+        rnn.collapse(torch.nn.Linear(2, 2))
+
+
+# --------------------------------------------------------------------------- exercise checkers
+def test_exercise_checkers_accept_right_answers_and_reject_wrong_ones():
+    from hoplib import pointer_chasing as pc
+    from hoplib.exercises import rnn as ex
+
+    def step(memory, prev, x, y, a):
+        memory = list(memory)
+        if prev < a:
+            memory[prev] = y
+        return memory, x, memory[x]
+
+    assert ex.check_hop_step(step).passed
+    assert not ex.check_hop_step(lambda m, p, x, y, a: (m, x, m[x])).passed  # forgets to file y
+    assert ex.check_encoding(lambda inst: pc.to_hop_sequence(inst)[0]).passed
+    assert not ex.check_encoding(lambda inst: pc.to_hop_sequence(inst)[0][:-1]).passed
+
+    def width(q):
+        return math.ceil(math.log2(2 * q + 3))
+
+    assert ex.check_protocol_bits(lambda k, q: k * (k - 1) * (2 * q + 3) * width(q) + width(q)).passed
+    assert not ex.check_protocol_bits(lambda k, q: k * (k - 1) * (2 * q + 3) * width(q)).passed
+
+
+# --------------------------------------------------------------------------- the chapter's sweep
+def test_depth_sweep_returns_one_record_per_model_and_k():
+    task = HopTask(seq_len=12, alphabet_size=4, max_hops=2)
+    seen = []
+    recs = rnn.depth_sweep(task, kinds=("gru", "transformer"), depths=(1, 2), widths=(8,), steps=3,
+                           warmup_steps=1, n_samples=4, device="cpu", progress=False,
+                           on_model=lambda r: seen.append(len(r)))
+    assert len(recs) == 2 * 2 * 3
+    assert seen == [3, 6, 9, 12]
+    assert {(r["kind"], r["depth"]) for r in recs} == {("gru", 1), ("gru", 2), ("transformer", 1), ("transformer", 2)}
+    assert all(0.0 <= r["error"] <= 1.0 for r in recs)
+    assert all(r["state_bits"] == (8 * 32 if r["kind"] == "gru" else 0) for r in recs)
+    with pytest.raises(ValueError, match="kinds"):
+        rnn.depth_sweep(task, kinds=("rwkv",), steps=1, progress=False)
+    with pytest.raises(TypeError, match="task"):
+        rnn.depth_sweep("task", steps=1, progress=False)
