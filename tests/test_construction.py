@@ -1,0 +1,332 @@
+"""Tests for hoplib.construction: the hand-built transformer of Theorem 4.2 computes hop_k exactly."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoplib.construction import (
+    ACC,
+    KEEP,
+    PTR,
+    count_errors,
+    depth_ceil,
+    depth_floor,
+    hop_program,
+    hop_transformer,
+    lemma_a2_inverse_temperature,
+    min_exact_inverse_temperature,
+    multi_hop_transformer,
+    program_hops,
+)
+from hoplib.tasks import HopTask, find, find_k, hop
+
+CPU = torch.device("cpu")
+
+
+def no_repeat_letters(batch: int, n: int, alphabet: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return HopTask(seq_len=n + 2, alphabet_size=alphabet).letters(batch, gen, CPU)
+
+
+def random_letters(batch: int, n: int, alphabet: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, alphabet, (batch, n), generator=gen)
+
+
+# --------------------------------------------------------------------------- depth and programs
+def test_depth_formulas_agree_exactly_on_powers_of_two():
+    for k in range(1, 600):
+        assert depth_ceil(k) == math.ceil(math.log2(k)) + 2
+        assert depth_floor(k) == math.floor(math.log2(k)) + 2
+        assert (depth_ceil(k) == depth_floor(k)) == (k & (k - 1) == 0)
+    assert depth_ceil(0) == depth_floor(0) == 0
+
+
+def test_hop_program_reaches_exactly_k_hops():
+    for k in range(2, 600):
+        prog = hop_program(k)
+        assert len(prog) == depth_ceil(k) - 2
+        assert program_hops(prog) == k
+        for extra in (1, 3):  # padded programs of the multi-task model
+            padded = hop_program(k, depth_ceil(k) + extra)
+            assert len(padded) == depth_ceil(k) + extra - 2 and program_hops(padded) == k
+    assert program_hops(hop_program(1, 3)) == 1 and program_hops(hop_program(0, 4)) == 0
+    assert set(hop_program(11)) <= {KEEP, ACC, PTR}
+
+
+def test_hop_program_rejects_too_few_layers():
+    with pytest.raises(ValueError, match="n_layers"):
+        hop_program(5, 4)
+
+
+# --------------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("k", range(1, 17))
+def test_hop_transformer_exact_on_no_repeat_data_n100(k):
+    x = no_repeat_letters(300, 100, 4, seed=k)
+    model = hop_transformer(k, 100, 4)
+    assert count_errors(model, x) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", range(1, 17))
+def test_hop_transformer_exact_on_10000_no_repeat_sequences(k):
+    x = no_repeat_letters(10_000, 100, 4, seed=1000 + k)
+    assert count_errors(hop_transformer(k, 100, 4), x, batch_size=2000) == 0
+
+
+def test_hop_0_is_the_identity_with_no_layers():
+    model = hop_transformer(0, 20, 3)
+    x = random_letters(5, 20, 3, seed=0)
+    assert model.n_layers == 0
+    assert torch.equal(model.predict(x), x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(0, 9), alphabet=st.integers(1, 6),
+       seq=st.lists(st.integers(0, 5), min_size=1, max_size=14), extra=st.integers(0, 5))
+def test_hop_transformer_exact_on_arbitrary_short_sequences_with_repeats(k, alphabet, seq, extra):
+    x = torch.tensor([[v % alphabet for v in seq]])
+    model = hop_transformer(k, len(seq) + extra, alphabet)
+    assert torch.equal(model.predict(x), hop(x, k))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("alphabet", [2, 7, 26])
+def test_hop_transformer_exact_with_repeats_and_large_alphabets(dtype, alphabet):
+    x = random_letters(40, 250, alphabet, seed=alphabet)
+    for k in (1, 3, 6, 16):
+        assert count_errors(hop_transformer(k, 250, alphabet, dtype=dtype), x) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alphabet", [2, 4, 26])
+def test_hop_transformer_exact_at_n1000(alphabet):
+    x = torch.cat([random_letters(6, 1000, alphabet, seed=7), no_repeat_letters(6, 1000, alphabet, seed=8)])
+    for k in (1, 2, 5, 12, 16, 33):
+        assert count_errors(hop_transformer(k, 1000, alphabet), x, batch_size=4) == 0
+
+
+def test_shorter_inputs_than_seq_len_are_exact():
+    model = hop_transformer(6, 500, 4)
+    x = no_repeat_letters(30, 77, 4, seed=3)
+    assert count_errors(model, x) == 0
+
+
+# --------------------------------------------------------------------------- shape of the model
+def test_width_is_constant_and_depth_is_ceil_log2_k_plus_2():
+    widths = set()
+    for k in (1, 2, 3, 5, 8, 16, 100):
+        for n in (10, 100, 2000):
+            for a in (2, 26):
+                model = hop_transformer(k, n, a)
+                widths.add(model.d_model)
+                assert model.n_layers == depth_ceil(k) == len(model.heads)
+                assert model.heads_per_layer == 1
+                assert model.pos_emb.shape[1] == model.d_model
+    assert len(widths) == 1
+
+
+def test_scores_shape_and_no_answer_class():
+    model = hop_transformer(3, 50, 5)
+    x = random_letters(4, 50, 5, seed=1)
+    scores = model(x)
+    assert scores.shape == (4, 50, 6)
+    expect = hop(x, 3)
+    pred = scores.argmax(-1)
+    assert torch.equal(pred == 5, expect == -1)
+
+
+def test_softmax_temperature_matters():
+    """At a tiny inverse temperature attention averages and the model fails; Lemma A.2's value is exact."""
+    x = no_repeat_letters(50, 100, 4, seed=5)
+    model = hop_transformer(4, 100, 4, inverse_temperature=0.05)
+    assert count_errors(model, x) > 0
+    model.inverse_temperature = lemma_a2_inverse_temperature(100)
+    assert count_errors(model, x) == 0
+
+
+def test_min_exact_inverse_temperature_is_below_lemma_a2_and_is_a_threshold():
+    x = no_repeat_letters(40, 60, 4, seed=11)
+    model = hop_transformer(4, 60, 4)
+    c = min_exact_inverse_temperature(model, x, rel_tol=0.05)
+    assert 0.5 < c < lemma_a2_inverse_temperature(60)
+    assert model.inverse_temperature == lemma_a2_inverse_temperature(60)  # restored
+    model.inverse_temperature = c
+    assert count_errors(model, x) == 0
+    model.inverse_temperature = c / 1.2
+    assert count_errors(model, x) > 0
+
+
+# --------------------------------------------------------------------------- inspection
+def test_trace_attention_is_causal_and_heads_point_at_find_powers():
+    k = 8
+    x = no_repeat_letters(3, 60, 4, seed=2)
+    model = hop_transformer(k, 60, 4)
+    tr = model.trace(x)
+    assert len(tr.residuals) == model.n_layers + 1 and len(tr.attentions) == model.n_layers
+    f1 = find(x)
+    for ell, attn in enumerate(tr.attentions, start=1):
+        assert attn.shape == (3, 61, 61)
+        assert torch.allclose(attn.sum(-1), torch.ones(3, 61, dtype=attn.dtype))
+        assert float(attn.triu(1).abs().max()) == 0.0
+        top = attn.argmax(-1)[:, 1:] - 1  # letter index attended to, -1 = start token
+        if ell == 1:
+            expect = torch.arange(60).expand(3, 60) - 1
+        elif ell == 2:
+            expect = f1
+        else:
+            expect = find_k(x, 2 ** (ell - 3))
+        assert torch.equal(top, expect), f"layer {ell}"
+    last = model.decode(tr.residuals[-1][:, 1:])
+    assert torch.equal(last["acc"], find_k(x, k))
+    assert torch.equal(last["acc_letter"], hop(x, k))
+    assert torch.equal(model.decode(tr.residuals[2][:, 1:])["ptr"], f1)
+    assert torch.equal(tr.logits[:, 1:], model(x))
+
+
+def test_named_subspaces_tile_the_residual_stream():
+    model = hop_transformer(5, 30, 4)
+    covered = sorted((s.start, s.stop) for s in model.subspaces.values())
+    assert covered[0][0] == 0 and covered[-1][1] == model.d_model
+    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:], strict=False))
+    with pytest.raises(ValueError, match="name"):
+        model.read(torch.zeros(model.d_model), "nope")
+
+
+# --------------------------------------------------------------------------- multi-task model
+def test_multi_hop_transformer_exact_on_hoptask_for_every_k():
+    model = multi_hop_transformer(max_hops=16, seq_len=100, alphabet_size=4)
+    task = model.task
+    assert model.n_layers == 6 and model.heads_per_layer == 1
+    for k in range(17):
+        inputs, targets = task.sample(60, k=k, seed=100 + k)
+        logits = model(inputs)
+        assert logits.shape == (60, 99, task.vocab_size)
+        assert int((logits.argmax(-1) != targets).sum()) == 0, f"k={k}"
+
+
+@pytest.mark.slow
+def test_multi_hop_transformer_exact_on_mixed_batches():
+    model = multi_hop_transformer()
+    inputs, targets = model.task.sample(4000, seed=123)
+    pred = torch.cat([model(inputs[i:i + 1000]).argmax(-1) for i in range(0, 4000, 1000)])
+    assert int((pred != targets).sum()) == 0
+
+
+@pytest.mark.parametrize("max_hops,alphabet", [(1, 2), (5, 3), (8, 26)])
+def test_multi_hop_transformer_other_sizes(max_hops, alphabet):
+    model = multi_hop_transformer(max_hops=max_hops, seq_len=64, alphabet_size=alphabet)
+    inputs, targets = model.task.sample(200, seed=max_hops)
+    assert int((model(inputs).argmax(-1) != targets).sum()) == 0
+
+
+# --------------------------------------------------------------------------- bad input
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="k must be"):
+        hop_transformer(-1, 10, 4)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        hop_transformer(1.5, 10, 4)
+    with pytest.raises(ValueError, match="seq_len"):
+        hop_transformer(2, 0, 4)
+    with pytest.raises(ValueError, match="alphabet_size"):
+        hop_transformer(2, 10, 0)
+    with pytest.raises(ValueError, match="dtype"):
+        hop_transformer(2, 10, 4, dtype=torch.float16)
+    with pytest.raises(TypeError, match="dtype"):
+        hop_transformer(2, 10, 4, dtype="float32")
+    with pytest.raises(ValueError, match="inverse_temperature"):
+        hop_transformer(2, 10, 4, inverse_temperature=-1.0)
+    with pytest.raises(ValueError, match="max_hops"):
+        multi_hop_transformer(max_hops=0)
+
+
+def test_bad_inputs_raise_clear_errors():
+    model = hop_transformer(2, 10, 4)
+    with pytest.raises(TypeError, match="x must"):
+        model([[0, 1]])
+    with pytest.raises(TypeError, match="integers"):
+        model(torch.zeros(1, 5))
+    with pytest.raises(ValueError, match=r"shape \(B, N\)"):
+        model(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="seq_len=10"):
+        model(torch.zeros(1, 11, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"letters in \[0, 3\]"):
+        model(torch.tensor([[0, 4]]))
+    with pytest.raises(ValueError, match=r"letters in \[0, 3\]"):
+        model(torch.tensor([[0, -1]]))
+    multi = multi_hop_transformer(max_hops=4, seq_len=20)
+    with pytest.raises(ValueError, match="k-tokens"):
+        multi(torch.tensor([[5, 6, 7]]))
+    with pytest.raises(ValueError, match="letter ids"):
+        multi(torch.tensor([[2, 6, 1]]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_runs_on_cuda():
+    model = hop_transformer(5, 100, 4).to("cuda")
+    x = no_repeat_letters(500, 100, 4, seed=0).to("cuda")
+    assert count_errors(model, x) == 0
+
+
+# --------------------------------------------------------------------------- Lemma D.2 as written, precision study
+def test_lemma_d2_as_written_wraps_around_but_the_fixed_head_does_not():
+    from hoplib.construction import lemma_d2_v1_find
+
+    x = no_repeat_letters(200, 40, 4, seed=9)
+    v1 = lemma_d2_v1_find(x)
+    assert int((v1 != find(x)).sum()) > 0  # the v1 circle of length N|Σ| wraps between symbol blocks
+    model = hop_transformer(1, 40, 4)
+    fixed = model.decode(model.trace(x).residuals[2][:, 1:])["ptr"]
+    assert torch.equal(fixed, find(x))
+
+
+def test_precision_study_small():
+    from hoplib.construction import precision_study
+
+    recs = precision_study([16, 48], k=2, total_letters=800, progress=False)
+    assert len(recs) == 4
+    for r in recs:
+        assert r["errors_at_lemma_a2"] == 0
+        assert r["c_min"] is not None and r["c_min"] < r["c_lemma_a2"]
+
+
+# --------------------------------------------------------------------------- exercise checkers
+def test_exercise_checkers_accept_right_and_reject_wrong_answers():
+    from hoplib.exercises.construction import check_hardmax_temperature, check_hop_program, check_read_find
+
+    assert check_hop_program(hop_program).passed
+    assert not check_hop_program(lambda k: [ACC] * (depth_ceil(k) - 2)).passed
+    assert check_hardmax_temperature(lambda n, m, b: (math.log(n - 1) + b * math.log(2)) / m).passed
+    assert not check_hardmax_temperature(lambda n, m, b: math.log(n) / m).passed
+
+    def read_find(model, x):
+        attn = model.trace(x[None]).attentions[1][0]
+        return (attn.argmax(-1)[1:] - 1).tolist()
+
+    assert check_read_find(read_find).passed
+    assert not check_read_find(lambda model, x: find(x).clamp(min=0).tolist()).passed
+
+
+def test_describe_residuals_and_plot_attention():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hoplib.construction import describe_residuals, plot_attention
+
+    x = no_repeat_letters(1, 30, 4, seed=4)[0]
+    model = hop_transformer(5, 30, 4)
+    rows = describe_residuals(model, x, 29)
+    assert [r["layer"] for r in rows] == list(range(model.n_layers + 1))
+    assert rows[0]["ptr"] == "" and rows[2]["ptr"] == int(find(x)[29])
+    assert rows[-1]["acc"] == int(find_k(x, 5)[29])
+    axes = plot_attention(model, x)
+    assert len(axes) == model.n_layers
+    with pytest.raises(ValueError, match="position"):
+        describe_residuals(model, x, 30)
+    with pytest.raises(TypeError, match="single-k"):
+        describe_residuals(multi_hop_transformer(max_hops=2, seq_len=10), x, 0)
