@@ -13,8 +13,9 @@ import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -58,14 +59,17 @@ def provenance(device: torch.device | str, wall_time_s: float | None = None, **e
     return record
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
+def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> Path:
+    """Call ``write(fh)`` on a temporary file in ``path``'s folder, fsync, then rename it onto ``path``.
+
+    A crash or an exception leaves the previous ``path`` untouched and no temporary file behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -74,6 +78,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    return atomic_write(path, lambda fh: fh.write(text))
 
 
 def save_results(path: str | os.PathLike, data: Any, parameters: dict[str, Any], device: torch.device | str,

@@ -241,14 +241,15 @@ class HopTask:
                device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(inputs, targets)``, LongTensors of shape (batch_size, seq_len - 1) on ``device``.
 
-        ``seed`` makes the draw reproducible on a given device type (CPU and CUDA streams differ); without
-        it the device's global torch generator is used. ``device`` None means CPU.
+        ``seed`` (0 <= seed < 2**32; torch's CPU generator keeps only 32 bits of a seed, so larger seeds would
+        silently repeat smaller ones) makes the draw reproducible on a given device type (CPU and CUDA streams
+        differ); without it the device's global torch generator is used. ``device`` None means CPU.
         """
         batch_size = check_int("batch_size", batch_size, low=1)
         dev = torch.device("cpu") if device is None else torch.device(device)
         gen = None
         if seed is not None:
-            gen = torch.Generator(device=dev).manual_seed(check_int("seed", seed, low=0, high=2**63 - 1))
+            gen = torch.Generator(device=dev).manual_seed(check_int("seed", seed, low=0, high=2**32 - 1))
         if k is None:
             ks = torch.randint(self.min_hops, self.max_hops + 1, (batch_size,), generator=gen, device=dev)
         else:
@@ -301,7 +302,7 @@ def hop_statistics(task: HopTask, ks: list[int] | range, n_samples: int = 256, s
     records = []
     for k in ks:
         k = check_int("k", k, low=task.min_hops, high=task.max_hops)
-        gen = torch.Generator(device=dev).manual_seed(check_int("seed", seed, low=0) + k)
+        gen = torch.Generator(device=dev).manual_seed(check_int("seed", seed, low=0, high=2**32 - 1 - k) + k)
         x = task.letters(n_samples, gen, dev)
         ptr = find_k(x, k)
         pos = torch.arange(x.shape[-1], device=dev).expand_as(x)

@@ -1,0 +1,128 @@
+"""Tests of hoplib.evaluate: the paper's per-sample metric, the authors' pooled metric, per-k evaluation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from hoplib.evaluate import error_records, errors_from_predictions, per_k_error, predictions, tidy_records
+from hoplib.tasks import HopTask, hop
+
+
+class Oracle(nn.Module):
+    """A sequence model that computes hop_k exactly (one-hot logits); optionally always says one token."""
+
+    def __init__(self, task: HopTask, constant: int | None = None):
+        super().__init__()
+        self.task, self.constant = task, constant
+        self.dummy = nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids):
+        v = self.task.vocab
+        if self.constant is not None:
+            target = torch.full_like(ids, self.constant)
+        else:
+            ans = hop(ids[:, 1:] - v.first_letter, ids[:, 0])
+            body = torch.where(ans >= 0, ans + v.first_letter, torch.full_like(ans, v.no_answer))
+            target = torch.cat([torch.full_like(ids[:, :1], v.blank), body], dim=1)
+        return nn.functional.one_hot(target, v.size).float() + 0 * self.dummy
+
+
+def test_exact_model_has_zero_error_for_every_k_and_both_metrics():
+    task = HopTask(seq_len=30, max_hops=6)
+    for metric in ("paper", "pooled"):
+        err = per_k_error(Oracle(task), task, n_samples=20, device="cpu", metric=metric)
+        assert list(err) == list(range(7))
+        assert all(v == 0.0 for v in err.values())
+
+
+def test_always_no_answer_has_error_one_because_no_answer_targets_are_excluded():
+    task = HopTask(seq_len=30, max_hops=4)
+    err = per_k_error(Oracle(task, constant=task.vocab.no_answer), task, n_samples=10, device="cpu")
+    assert all(v == 1.0 for v in err.values())
+
+
+def test_paper_and_pooled_metrics_weight_samples_differently():
+    task = HopTask(seq_len=6, max_hops=1)
+    v = task.vocab
+    a, b, na, bl = v.first_letter, v.first_letter + 1, v.no_answer, v.blank
+    targets = torch.tensor([[bl, a, b, a, b], [bl, na, na, na, a]])
+    pred = torch.tensor([[bl, a, b, a, a], [bl, na, na, na, b]])
+    # sample 1: 1 of 4 letters wrong; sample 2: 1 of 1 wrong
+    assert errors_from_predictions(pred, targets, task, "paper") == pytest.approx((0.25 + 1.0) / 2)
+    assert errors_from_predictions(pred, targets, task, "pooled") == pytest.approx(2 / 5)
+
+
+def test_evaluation_uses_eval_mode_no_grad_and_restores_mode():
+    task = HopTask(seq_len=12, max_hops=2)
+    seen = {}
+
+    class Spy(Oracle):
+        def forward(self, ids):
+            seen["training"], seen["grad"] = self.training, torch.is_grad_enabled()
+            return super().forward(ids)
+
+    model = Spy(task).train()
+    per_k_error(model, task, n_samples=4, device="cpu")
+    assert seen == {"training": False, "grad": False}
+    assert model.training
+
+
+def test_test_samples_are_reproducible_and_seed_dependent():
+    task = HopTask(seq_len=20, max_hops=3)
+    model = Oracle(task, constant=task.vocab.first_letter)
+    a = per_k_error(model, task, n_samples=30, seed=1, device="cpu")
+    assert a == per_k_error(model, task, n_samples=30, seed=1, device="cpu")
+    assert a != per_k_error(model, task, n_samples=30, seed=2, device="cpu")
+
+
+def test_records_are_tidy_and_validation_names_arguments():
+    task = HopTask(seq_len=12, max_hops=2)
+    rows = error_records(Oracle(task), task, n_samples=5, device="cpu", depth=3)
+    assert len(rows) == 6 and {r["metric"] for r in rows} == {"paper", "pooled"}
+    assert all(r["depth"] == 3 and r["error"] == 0.0 for r in rows)
+    assert tidy_records({"2": 0.5, "10": 0.1}, depth=2) == [
+        {"depth": 2, "k": 2, "metric": "paper", "error": 0.5}, {"depth": 2, "k": 10, "metric": "paper", "error": 0.1}]
+    with pytest.raises(ValueError, match="metric"):
+        per_k_error(Oracle(task), task, metric="mean", device="cpu")
+    with pytest.raises(ValueError, match="n_samples"):
+        per_k_error(Oracle(task), task, n_samples=0, device="cpu")
+    with pytest.raises(TypeError, match="model"):
+        per_k_error("model", task)
+    with pytest.raises(ValueError, match="ks"):
+        per_k_error(Oracle(task), task, ks=[5], device="cpu")
+    assert predictions(Oracle(task), task.sample(3, seed=0)[0]).shape == (3, 11)
+
+
+def test_find_pattern_points_at_the_hop_answer_and_scores_itself_one():
+    from hoplib.evaluate import alignment_score, find_pattern
+
+    task = HopTask(seq_len=40, max_hops=4)
+    x, y = task.sample(6, seed=7)
+    for j in range(5):
+        m = find_pattern(x, task, j)
+        assert torch.all(m[:, 1:].sum(-1) == 1) and torch.all(m[:, 0] == 0)
+        assert torch.all(m.triu(diagonal=1) == 0)  # causal: never points ahead
+        col = m.argmax(-1)[:, 1:]
+        ans = hop(x[:, 1:] - task.vocab.first_letter, j)
+        got = torch.gather(x, 1, col) - task.vocab.first_letter
+        assert torch.equal(torch.where(ans >= 0, got, ans), ans)  # the attended letter is hop_j's answer
+        assert torch.equal(col == 0, ans < 0)  # ⊥ maps to position 0
+        assert torch.allclose(alignment_score(m, m), torch.ones(6))
+    uniform = torch.ones(40 - 1, 40 - 1).tril()
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    s = alignment_score(uniform.expand(6, -1, -1), find_pattern(x, task, 1))
+    assert torch.all((s > 0) & (s < 0.5))
+
+
+def test_alignment_scores_have_one_entry_per_layer_head_and_pattern():
+    from hoplib.evaluate import alignment_scores
+    from hoplib.models import gpt_for_task
+
+    task = HopTask(seq_len=20, max_hops=3)
+    model = gpt_for_task(task, depth=3, d_model=32, heads=4).train()
+    out = alignment_scores(model, task, k=2, js=(0, 1, 2), n_samples=4, device="cpu")
+    assert out["patterns"] == ["prev", "find^0", "find^1", "find^2"]
+    assert out["scores"].shape == (3, 4, 4) and torch.all((out["scores"] >= 0) & (out["scores"] <= 1))
+    assert model.training
