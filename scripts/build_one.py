@@ -28,8 +28,10 @@ def main(argv: list[str]) -> int:
     if work.exists():
         shutil.rmtree(work)
     (work / "chapters").mkdir(parents=True)
-    for f in ("_config.yml", "references.bib", "intro.md", "bibliography.md", "status.md"):
+    for f in ("_config.yml", "references.bib", "bibliography.md", "status.md"):
         shutil.copy(ROOT / f, work / f)
+    # A stub root page: the real intro links to every chapter, which this partial build does not have.
+    (work / "intro.md").write_text(f"# Partial build: {name}\n\nOnly this chapter (and the task chapter).\n")
     shutil.copy(ROOT / "chapters" / f"{name}.md", work / "chapters" / f"{name}.md")
     shutil.copy(ROOT / "chapters" / "hop_task.md", work / "chapters" / "hop_task.md")  # the intro links to it
     if (ROOT / "chapters" / f"{name}.ipynb").exists():
