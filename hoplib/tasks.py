@@ -81,6 +81,8 @@ def _check_k(k: object, batch_shape: tuple[int, ...]) -> tuple[torch.Tensor | in
     if isinstance(k, (np.ndarray, torch.Tensor)):
         check_int_array("k", k, min_ndim=0)
         kt = torch.as_tensor(k).long() if isinstance(k, np.ndarray) else k.long()
+        if tuple(kt.shape) != batch_shape:
+            raise ValueError(f"k as an array must have shape x.shape[:-1] = {batch_shape}, got {tuple(kt.shape)}")
         if kt.numel() and int(kt.min()) < 0:
             raise ValueError(f"k must be >= 0 everywhere, got min {int(kt.min())}")
         return kt, int(kt.max()) if kt.numel() else 0
@@ -111,8 +113,6 @@ def find_k(x: Array, k: int | Array) -> Array:
     flat_ptr = _find_torch(t).reshape(-1, n)
     rows = flat_ptr.shape[0]
     if isinstance(kk, torch.Tensor):
-        if tuple(kk.shape) != batch_shape:
-            raise ValueError(f"k as an array must have shape x.shape[:-1] = {batch_shape}, got {tuple(kk.shape)}")
         k_rows = kk.to(t.device).reshape(rows)
     else:
         k_rows = torch.full((rows,), kk, dtype=torch.long, device=t.device)
@@ -128,7 +128,7 @@ def hop(x: Array, k: int | Array) -> Array:
     """
     check_int_array("x", x)
     t, was_numpy = _as_torch(x)
-    ptr = find_k(t, k if not isinstance(k, np.ndarray) else torch.from_numpy(k))
+    ptr = find_k(t, k)
     vals = torch.gather(t, -1, ptr.clamp(min=0))
     out = torch.where(ptr >= 0, vals, torch.full_like(vals, NO_ANSWER))
     return _back(out, was_numpy)

@@ -152,10 +152,11 @@ def check() -> list[str]:
         if strip_outputs(stored) != strip_outputs(expected):
             problems.append(f"{target.relative_to(ROOT)} is out of date with {md.relative_to(ROOT)}")
             continue
+        checked = set(_checked(expected))
         for i, cell in enumerate(stored.cells):
-            if cell.cell_type == "code" and cell.outputs and i not in _checked(expected):
+            if cell.cell_type == "code" and cell.outputs and i not in checked:
                 problems.append(f"{target.relative_to(ROOT)}: cell {i} stores outputs but is not tagged {CHECK_TAG}")
-            elif i in _checked(expected) and not cell.outputs:
+            elif i in checked and not cell.outputs:
                 problems.append(f"{target.relative_to(ROOT)}: cell {i} is tagged {CHECK_TAG} but has no stored output")
     for nb_path in CHAPTERS.glob("*.ipynb"):
         if not nb_path.with_suffix(".md").exists():
