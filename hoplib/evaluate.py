@@ -126,11 +126,12 @@ def tidy_records(errors: dict[int, float] | dict[str, float], metric: str = "pap
 
 # --------------------------------------------------------------------------- interpretability (Appendix G.4)
 def find_pattern(inputs: torch.Tensor, task: HopTask, j: int | str) -> torch.Tensor:
-    """The ideal attention map M (B, T, T) of a head that implements find^j (or ``"prev"``) on ``inputs``.
+    """The ideal attention map M (B, T, T) of a head that implements find^j (or ``"prev"``, ``"start"``) on ``inputs``.
 
     Query position t >= 1 holds letter t-1; M[t, find^j(t-1) + 1] = 1 where find^j is defined, and
     M[t, 0] = 1 (the hop-count token, which plays the start token's role) where it is ⊥. ``"prev"`` puts the
-    1 at t-1. Row 0 (the hop-count token's own query) is left empty.
+    1 at t-1; ``"start"`` puts it at position 0 in every row (a head that parks its attention on the first
+    token, which the authors' code also scores). Row 0 (the hop-count token's own query) is left empty.
     """
     from hoplib.tasks import find_k
 
@@ -140,6 +141,8 @@ def find_pattern(inputs: torch.Tensor, task: HopTask, j: int | str) -> torch.Ten
     rows = torch.arange(1, t, device=inputs.device)
     if j == "prev":
         cols = (rows - 1).expand(b, -1)
+    elif j == "start":
+        cols = torch.zeros_like(rows).expand(b, -1)
     else:
         j = check_int("j", j, low=0)
         p = find_k(letters, j)
@@ -162,15 +165,19 @@ def alignment_score(att: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def alignment_scores(model: nn.Module, task: HopTask, *, k: int, js: Iterable[int] = (0, 1, 2, 3, 4),
-                     n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto") -> dict[str, Any]:
+                     n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto",
+                     start: bool = False) -> dict[str, Any]:
     """Alignment of every head with find^j (and with "previous token"), averaged over samples of hop_k.
 
     The model must accept ``return_attention=True`` (as :class:`hoplib.models.GPT` does). Returns
-    ``{"patterns": names, "scores": tensor (L, H, P)}`` (Appendix G.4, Figures 10-15 of the paper).
+    ``{"patterns": names, "scores": tensor (L, H, P)}`` (Appendix G.4, Figures 10-15 of the paper); the
+    patterns are ``"prev"``, ``"find^j"`` for each j of ``js`` and, with ``start=True``, ``"start"`` last.
     """
     _check_model_task(model, task)
     k = check_int("k", k, low=task.min_hops, high=task.max_hops)
     n_samples = check_int("n_samples", n_samples, low=1)
+    if not isinstance(start, bool):
+        raise TypeError(f"start must be a bool, got {type(start).__name__}")
     dev = get_device(device)
     x, _ = task.sample(n_samples, k=k, seed=seed + k, device=dev)
     was_training = model.training
@@ -179,8 +186,60 @@ def alignment_scores(model: nn.Module, task: HopTask, *, k: int, js: Iterable[in
         _, atts = model(x, return_attention=True)
     finally:
         model.train(was_training)
-    names: list[str | int] = ["prev", *[check_int("js[i]", j, low=0) for j in js]]
+    names: list[str | int] = ["prev", *[check_int("js[i]", j, low=0) for j in js], *(["start"] if start else [])]
     pats = [find_pattern(x, task, j) for j in names]
     scores = torch.stack([torch.stack([alignment_score(att, p.unsqueeze(1)).mean(0) for p in pats], dim=-1)
                           for att in atts])  # (L, H, P)
-    return {"patterns": ["prev" if n == "prev" else f"find^{n}" for n in names], "scores": scores.cpu()}
+    return {"patterns": [n if isinstance(n, str) else f"find^{n}" for n in names], "scores": scores.cpu()}
+
+
+@torch.no_grad()
+def best_find_per_head(model: nn.Module, task: HopTask, *, ks: Iterable[int] | None = None,
+                       js: Iterable[int] | None = None, include_prev: bool = True, include_start: bool = True,
+                       n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto") -> dict[str, Any]:
+    """For every layer, head and hop count k, the pattern that the head matches best (Figures 14-15, App. G.4).
+
+    For each k (default ``task.min_hops .. task.max_hops``) this runs :func:`alignment_scores` on samples of
+    hop_k and takes, per head, the argmax of the alignment score over the candidate patterns: find^j for
+    ``js`` (default ``0 .. task.max_hops``), "previous token" (if ``include_prev``) and "start", attention
+    parked on position 0 (if ``include_start``). Without the "start" candidate, a head that only looks at
+    position 0 is scored best against the largest find^j, whose answers are mostly ⊥ (position 0).
+    Returns ``{"ks": [k...], "patterns": names, "scores": tensor (L, H, K, P), "best": long tensor (L, H, K)
+    of pattern indices, "best_score": tensor (L, H, K)}``; names are ordered ``prev, find^j..., start``.
+    """
+    _check_model_task(model, task)
+    ks = _ks(task, ks)
+    for name, flag in (("include_prev", include_prev), ("include_start", include_start)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    js = list(range(task.max_hops + 1)) if js is None else [check_int("js[i]", j, low=0) for j in js]
+    if not js:
+        raise ValueError("js must name at least one find^j (j >= 0)")
+    per_k = [alignment_scores(model, task, k=k, js=js, n_samples=n_samples, seed=seed, device=device, start=True)
+             for k in ks]
+    names = per_k[0]["patterns"]  # prev, find^j..., start
+    keep = [i for i, n in enumerate(names)
+            if (n != "prev" or include_prev) and (n != "start" or include_start)]
+    scores = torch.stack([a["scores"] for a in per_k], dim=2)[..., keep]  # (L, H, K, P)
+    best_score, best = scores.max(dim=-1)
+    return {"ks": ks, "patterns": [names[i] for i in keep], "scores": scores, "best": best,
+            "best_score": best_score}
+
+
+def head_roles(table: dict[str, Any], min_score: float = 0.0) -> dict[tuple[int, int], list[str]]:
+    """``{(layer, head): [patterns]}`` (1-based layer and head) from :func:`best_find_per_head`: the distinct
+    best patterns of each head over k, in order of first appearance, counting only cells whose best score is at
+    least ``min_score`` (a head that acts as find^1 for small k and find^3 for large k gives
+    ``["find^1", "find^3"]``)."""
+    if not isinstance(table, dict) or not {"best", "best_score", "patterns"} <= set(table):
+        raise TypeError("table must be the dict returned by best_find_per_head")
+    if not isinstance(min_score, (int, float)) or not 0.0 <= min_score <= 1.0:
+        raise ValueError(f"min_score must be a number in [0, 1], got {min_score!r}")
+    names, best, score = table["patterns"], table["best"], table["best_score"]
+    out: dict[tuple[int, int], list[str]] = {}
+    for layer in range(best.shape[0]):
+        for head in range(best.shape[1]):
+            pairs = zip(best[layer, head].tolist(), score[layer, head].tolist(), strict=True)
+            seen = [names[b] for b, s in pairs if s >= min_score]
+            out[(layer + 1, head + 1)] = list(dict.fromkeys(seen))
+    return out

@@ -34,9 +34,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hoplib import attention as _attn
 from hoplib._validate import check_choice, check_int
 
 HEADS = ("linear", "layernorm")
+ATTENTIONS = ("softmax", "performer", "longformer")
+_ATTENTION_FIELDS = {"attention": "softmax", "n_features": None, "window": None, "global_every": None}
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,13 @@ class GPTConfig:
     ``vocab_size`` is the number of embedding rows (the authors used 30 for 23 used token ids);
     ``n_classes`` is the number of output logits for ``head="linear"`` (default ``vocab_size``); with
     ``head="layernorm"`` it is forced to ``d_model``.
+
+    ``attention`` selects the attention of every layer (Section 5.1, :mod:`hoplib.attention`): ``"softmax"``
+    (default, the paper's transformer), ``"performer"`` (FAVOR+ kernel attention with ``n_features`` = m'
+    random features, Corollary 5.3) or ``"longformer"`` (causal sliding window of radius ``window`` = w plus
+    global positions j = 0 mod ``global_every`` = g, 0-based, Corollary 5.4; ``global_every=None``: none).
+    Settings that the chosen attention does not use must stay None. Configs saved before these fields
+    existed load unchanged (defaults), and :meth:`to_dict` leaves them out while they are at their defaults.
     """
 
     vocab_size: int
@@ -57,6 +67,10 @@ class GPTConfig:
     head: str = "linear"
     n_classes: int | None = None
     layer_norm_eps: float = 1e-5
+    attention: str = "softmax"
+    n_features: int | None = None
+    window: int | None = None
+    global_every: int | None = None
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, low=1)
@@ -80,6 +94,24 @@ class GPTConfig:
             if self.d_model < self.vocab_size:
                 raise ValueError(f"d_model must be >= vocab_size = {self.vocab_size} with head='layernorm' "
                                  f"(the LayerNorm output is the logit vector), got {self.d_model}")
+        check_choice("attention", self.attention, ATTENTIONS)
+        used = {"softmax": (), "performer": ("n_features",), "longformer": ("window", "global_every")}[self.attention]
+        for name in ("n_features", "window", "global_every"):
+            if name not in used and getattr(self, name) is not None:
+                raise ValueError(f"{name} must be None with attention={self.attention!r} (it is used by "
+                                 f"{'performer' if name == 'n_features' else 'longformer'} attention), "
+                                 f"got {getattr(self, name)!r}")
+        if self.attention == "performer":
+            if self.n_features is None:
+                raise ValueError("n_features (the number m' of random features, an int >= 1) is required with "
+                                 "attention='performer'")
+            check_int("n_features", self.n_features, low=1)
+        if self.attention == "longformer":
+            if self.window is None:
+                raise ValueError("window (the radius w, an int >= 0) is required with attention='longformer'")
+            check_int("window", self.window, low=0)
+            if self.global_every is not None:
+                check_int("global_every", self.global_every, low=1)
 
     @property
     def num_classes(self) -> int:
@@ -89,11 +121,23 @@ class GPTConfig:
         return self.n_classes if self.n_classes is not None else self.vocab_size
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; the attention fields only when they differ from the softmax defaults."""
+        d = asdict(self)
+        if all(d[name] == default for name, default in _ATTENTION_FIELDS.items()):
+            for name in _ATTENTION_FIELDS:
+                del d[name]
+        return d
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection (GPT-2's ``c_attn``/``c_proj``)."""
+    """Multi-head causal self-attention with one fused QKV projection (GPT-2's ``c_attn``/``c_proj``).
+
+    ``cfg.attention`` picks the attention (:mod:`hoplib.attention`): softmax (SDPA, causal), Longformer (SDPA
+    with the boolean mask of :func:`hoplib.attention.longformer_mask`) or Performer (FAVOR+ weights in the
+    quadratic form, from the random projection in the buffer ``features`` (m' x d_head), shared by the heads
+    of a layer, drawn at construction from torch's global generator, saved in the state dict; see
+    :meth:`redraw_features`).
+    """
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -102,13 +146,43 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
+        self.attention = cfg.attention
+        self.window, self.global_every = cfg.window, cfg.global_every
+        if cfg.attention == "performer":
+            self.register_buffer("features", _attn.orthogonal_features(cfg.n_features, cfg.d_model // cfg.heads,
+                                                                       generator=torch.default_generator))
+
+    def redraw_features(self, seed: int) -> None:
+        """Draw a new FAVOR+ projection (Performer attention only), reproducibly from ``seed``."""
+        if self.attention != "performer":
+            raise ValueError(f"redraw_features needs attention='performer', this layer has {self.attention!r}")
+        self.features.copy_(_attn.orthogonal_features(self.features.shape[0], self.features.shape[1], seed=seed))
+
+    def mask(self, t: int, device: torch.device) -> torch.Tensor:
+        """The boolean (T, T) attention mask of this layer (True = may attend): causal, or causal Longformer."""
+        if self.attention == "longformer":
+            return _attn.longformer_mask(t, self.window, self.global_every, device=device)
+        return torch.ones(t, t, dtype=torch.bool, device=device).tril()
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         b, t, m = x.shape
         q, k, v = self.qkv(x).split(m, dim=-1)
         q, k, v = (z.view(b, t, self.heads, m // self.heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d)
         att = None
-        if return_attention:  # explicit softmax so the weights can be returned (same maths as SDPA)
+        if self.attention == "performer":  # kernel attention: weights in the quadratic form (rows sum to 1)
+            att = _attn.kernel_attention_weights(q, k, self.features)
+            y = F.dropout(att, self.dropout, self.training).to(v.dtype) @ v
+            if not return_attention:
+                att = None
+        elif self.attention == "longformer":
+            mask = self.mask(t, x.device)
+            if return_attention:
+                att = _attn.masked_softmax_weights(q, k, mask)
+                y = F.dropout(att, self.dropout, self.training) @ v
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                   dropout_p=self.dropout if self.training else 0.0)
+        elif return_attention:  # explicit softmax so the weights can be returned (same maths as SDPA)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
             att = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
@@ -202,18 +276,22 @@ class GPT(nn.Module):
 
 
 def gpt_for_task(task, *, depth: int, d_model: int, heads: int, dropout: float = 0.0, head: str = "linear",
-                 vocab_size: int | None = None, n_positions: int | None = None) -> GPT:
+                 vocab_size: int | None = None, n_positions: int | None = None, attention: str = "softmax",
+                 n_features: int | None = None, window: int | None = None,
+                 global_every: int | None = None) -> GPT:
     """A :class:`GPT` sized for a :class:`hoplib.tasks.HopTask` (classes = token ids).
 
     ``vocab_size`` defaults to ``task.vocab_size`` and ``n_positions`` to ``task.length``; the authors'
     exact tables are ``vocab_size=30, n_positions=100`` (one more position than the 99 used), see
-    :func:`authors_gpt`.
+    :func:`authors_gpt`. ``attention``, ``n_features``, ``window`` and ``global_every`` go to
+    :class:`GPTConfig` (Performer or Longformer attention, Section 5.1).
     """
     vocab = task.vocab_size if vocab_size is None else check_int("vocab_size", vocab_size, low=task.vocab_size)
     npos = task.length if n_positions is None else check_int("n_positions", n_positions, low=task.length)
     n_classes = None if head == "layernorm" else task.vocab_size
     cfg = GPTConfig(vocab_size=vocab, n_positions=npos, depth=depth, d_model=d_model, heads=heads,
-                    dropout=dropout, head=head, n_classes=n_classes)
+                    dropout=dropout, head=head, n_classes=n_classes, attention=attention,
+                    n_features=n_features, window=window, global_every=global_every)
     return GPT(cfg)
 
 
@@ -248,6 +326,9 @@ class GPTEnsemble(nn.Module):
                 raise TypeError(f"models[{i}] must be a GPT, got {type(mdl).__name__}")
             if mdl.config != models[0].config:
                 raise ValueError(f"models[{i}] has config {mdl.config}, expected {models[0].config} (all equal)")
+        if models[0].config.attention != "softmax":
+            raise ValueError(f"GPTEnsemble supports attention='softmax' only, got {models[0].config.attention!r}; "
+                             "train Performer or Longformer models one at a time with hoplib.train.fit")
         self.config = models[0].config
         self.n_models = len(models)
         states = [m.state_dict() for m in models]

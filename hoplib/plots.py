@@ -66,3 +66,44 @@ def plot_hop_statistics(records: list[dict[str, float]], axes: tuple[Axes, Axes]
     for a in axes:
         a.grid(alpha=0.3)
     return axes
+
+
+def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", fade: bool = True) -> Axes:
+    """Heatmap of :func:`hoplib.evaluate.best_find_per_head` (the paper's Figures 14-15): one row per
+    (layer, head), one column per k; each cell names the best-matching pattern (j of find^j, ``p`` for
+    previous token, ``s`` for start) above its alignment score. Colours code j (viridis), previous token
+    (red) and start (grey); with ``fade`` a cell's colour fades towards white as its score falls."""
+    if not isinstance(table, dict) or not {"ks", "patterns", "best", "best_score"} <= set(table):
+        raise TypeError("table must be the dict returned by hoplib.evaluate.best_find_per_head")
+    names, ks = table["patterns"], table["ks"]
+    best = np.asarray(table["best"])
+    score = np.asarray(table["best_score"], dtype=float)
+    n_layers, n_heads, n_k = best.shape
+    js = [int(n.split("^")[1]) for n in names if n.startswith("find^")]
+    j_max = max(js, default=1) or 1
+    cmap = plt.get_cmap("viridis")
+    colour = {n: (cmap(int(n.split("^")[1]) / j_max) if n.startswith("find^") else
+                  (0.85, 0.3, 0.3, 1.0) if n == "prev" else (0.6, 0.6, 0.6, 1.0)) for n in names}
+    label = {n: n.split("^")[1] if n.startswith("find^") else n[0] for n in names}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.55 * n_k + 1.5, 0.32 * n_layers * n_heads + 1))
+    img = np.ones((n_layers * n_heads, n_k, 3))
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            r = layer * n_heads + head
+            for c in range(n_k):
+                name, s = names[best[layer, head, c]], score[layer, head, c]
+                w = min(max(s, 0.0), 1.0) if fade else 1.0
+                img[r, c] = w * np.array(colour[name][:3]) + (1 - w) * np.ones(3)
+                dark = w > 0.55 and name.startswith("find^") and int(name.split("^")[1]) < 0.6 * j_max
+                ax.text(c, r, f"{label[name]}\n{s:.2f}".replace("0.", ".").replace("1.00", "1"), ha="center",
+                        va="center", fontsize=6, color="white" if dark else "black", linespacing=0.9)
+    ax.imshow(img, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(n_k), [str(k) for k in ks], fontsize=7)
+    ax.set_yticks(range(n_layers * n_heads),
+                  [f"L{layer + 1} h{head + 1}" for layer in range(n_layers) for head in range(n_heads)], fontsize=7)
+    for layer in range(1, n_layers):
+        ax.axhline(layer * n_heads - 0.5, color="black", lw=0.8)
+    ax.set_xlabel("k (hops of the input)")
+    ax.set_title(title, fontsize=10)
+    return ax

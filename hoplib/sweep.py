@@ -9,6 +9,10 @@ Profiles:
 * ``quick``: CPU, a minute or two in all: N = 16, k <= 2, 1000 steps, m = 64, depths 1, 2, 3, which is
   enough for each extra layer to solve one more k. Run live by the chapter.
 * ``medium``: CPU, under an hour on one core: N = 64, k <= 8, 4000 steps, m = 64, depths 2..5.
+* ``small``: CPU, about 10-15 minutes on one core: the width and sample-size axes of Appendix G.3 and G.5 at
+  small scale. N = 32, k <= 4, 2000 steps, depths 2 and 3; (m, H) in {(16, 1), (32, 2), (64, 4)} (heads grow
+  with width, head size 16, as the paper's (128, 4) -> (256, 8)) with fresh samples, and n_train in {250, 1000}
+  for (64, 4).
 * ``paper``: the authors' grid for a GPU: L = 2..6, (m, H) in {(128, 4), (256, 8)}, n_train in {1000, 3000,
   infinite}, N = 100, k <= 16, 100k steps, their head (LayerNorm output as logits) and dropout 0.1.
 
@@ -47,7 +51,7 @@ from hoplib.train import (
     write_run,
 )
 
-PROFILES = ("quick", "medium", "paper")
+PROFILES = ("quick", "small", "medium", "paper")
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,15 @@ class Grid:
 
 
 def profile(name: str) -> Grid:
-    """The grid of a named profile: ``"quick"``, ``"medium"`` or ``"paper"``."""
+    """The grid of a named profile: ``"quick"``, ``"small"``, ``"medium"`` or ``"paper"`` (see the module doc)."""
     check_choice("name", name, PROFILES)
     if name == "quick":
         return Grid(depths=(1, 2, 3), widths=((64, 4),),
                     settings=dict(seq_len=16, max_hops=2, steps=1000, lr=3e-3, warmup_steps=50, eval_samples=200))
+    if name == "small":
+        return Grid(depths=(2, 3), widths=((16, 1), (32, 2), (64, 4)), n_trains=(250, 1000, None),
+                    settings=dict(seq_len=32, max_hops=4, steps=2000, lr=2e-3, warmup_steps=100, eval_samples=100),
+                    exclude=((16, 250), (16, 1000), (32, 250), (32, 1000)))
     if name == "medium":
         return Grid(depths=(2, 3, 4, 5), widths=((64, 4),),
                     settings=dict(seq_len=64, max_hops=8, steps=4000, lr=2e-3, warmup_steps=200, eval_samples=100))
@@ -256,6 +264,40 @@ def plot_error_vs_k(errors: dict[int, dict[int, float]], ax=None, *, title: str 
     ax.set_ylim(-0.02, 0.85)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)
+    return ax
+
+
+def plot_error_vs_k_groups(groups: dict[str, dict[int, dict[int, float]]], ax=None, *, depths=None,
+                           title: str = "", logx: bool = False, min_k: int = 0):
+    """Error against k for several settings at once: one colour per group (a width or an n_train, the keys of
+    ``groups``, each a ``{depth: {k: error}}`` map), one line style per depth (only ``depths`` if given).
+    The width and sample-size figures of Appendix G.3 and G.5 (Figures 9 and 16-19 of the paper)."""
+    import matplotlib.pyplot as plt
+
+    if not isinstance(groups, dict) or not groups:
+        raise ValueError("groups must be a non-empty dict from a label to {depth: {k: error}}")
+    ax = ax or plt.gca()
+    colours = plt.get_cmap("plasma")
+    all_depths = sorted({d for errs in groups.values() for d in errs if depths is None or d in depths})
+    styles = ["-", "--", ":", "-."]
+    for i, (label, errs) in enumerate(groups.items()):
+        colour = colours(0.85 * i / max(1, len(groups) - 1))
+        for j, d in enumerate(all_depths):
+            if d not in errs:
+                continue
+            ks = [k for k in errs[d] if k >= min_k]
+            ax.plot(ks, [errs[d][k] for k in ks], marker="o", ms=3, ls=styles[j % len(styles)], color=colour,
+                    label=f"{label}, L={d}")
+    if logx:
+        ax.set_xscale("log", base=2)
+    else:
+        ax.set_xticks(sorted({k for errs in groups.values() for row in errs.values() for k in row if k >= min_k}))
+    ax.axhline(0.75, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("k (hops)")
+    ax.set_ylabel("test error")
+    ax.set_ylim(-0.02, 0.85)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=6, ncol=2 if len(ax.get_lines()) > 6 else 1)
     return ax
 
 

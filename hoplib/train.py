@@ -16,6 +16,12 @@ Checkpoints (:func:`save_checkpoint`) hold model, optimiser, scheduler, global R
 they are written to a temporary file and renamed, and loaded with ``torch.load(..., weights_only=True)``.
 A run killed at any moment and restarted ends with exactly the weights of an uninterrupted run (CPU).
 
+Speed on CPU: ``fit(..., fused=True)`` (``--fused``) trains a :class:`hoplib.models.GPT` with the fused kernels
+of :mod:`hoplib.fast` (dropout masks from a fast counter-based hash, fused GELU and causal softmax + dropout,
+the matrix products unchanged) and AdamW's fused implementation: the same maths in faster steps (measured by
+``benchmarks/bench_train.py``). ``compile=True`` wraps the forward in ``torch.compile`` (works on CPU with a
+C++ compiler, but with dropout inductor's CPU code is not faster there; meant for CUDA).
+
 Command line: ``python -m hoplib.train --depth L --d-model M --heads H --steps S ... --out DIR`` writes
 ``DIR/results.json`` and ``DIR/checkpoint.pt``; rerunning the same command resumes.
 """
@@ -173,14 +179,15 @@ def _check_common(task: object, steps: int, batch_size: int, lr: float, warmup_s
 def _run_loop(*, model: nn.Module, forward, streams: list[DataStream], task: HopTask, steps: int, lr: float,
               warmup_steps: int, weight_decay: float, device: torch.device, progress: bool,
               eval_every: int | None, eval_fn, checkpoint: str | os.PathLike | None,
-              checkpoint_every: int | None, settings: dict[str, Any], desc: str) -> dict[str, Any]:
+              checkpoint_every: int | None, settings: dict[str, Any], desc: str,
+              opt_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Shared loop of :func:`fit` and :func:`fit_ensemble` (E = len(streams) models, loss summed over them)."""
     if progress:
         from tqdm.auto import tqdm
     else:  # plain tqdm, disabled: importing tqdm.auto warns in notebooks without ipywidgets
         from tqdm import tqdm
 
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, **(opt_kwargs or {}))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _Schedule(steps, warmup_steps))
     e = len(streams)
     history: dict[str, Any] = {"loss": [], "evals": [], "steps_done": 0, "wall_time_s": 0.0}
@@ -262,7 +269,8 @@ def fit(model: nn.Module, task: HopTask, *, steps: int, batch_size: int = 32, lr
         warmup_steps: int = 1000, weight_decay: float = 0.01, n_train: int | None = None, seed: int = 0,
         device: str | torch.device = "auto", progress: bool = True, eval_every: int | None = None,
         compile: bool = False, eval_samples: int = 100, checkpoint: str | os.PathLike | None = None,
-        checkpoint_every: int | None = None, checkpoint_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+        checkpoint_every: int | None = None, checkpoint_meta: dict[str, Any] | None = None,
+        fused: bool = False) -> dict[str, Any]:
     """Train ``model`` (ids (B, T) -> logits (B, T, C >= vocab)) on ``task`` as in Sec. 4.2 / App. G.
 
     AdamW(lr, weight_decay) with linear warmup over ``warmup_steps`` then linear decay to 0 at ``steps``;
@@ -270,14 +278,18 @@ def fit(model: nn.Module, task: HopTask, *, steps: int, batch_size: int = 32, lr
     cycled in order (only ``floor(n_train / batch_size) * batch_size`` used). The model is moved to ``device``
     and stays there. ``seed`` fixes the data stream and seeds torch's global RNG (dropout) at the start of a
     fresh run. ``eval_every`` records :func:`hoplib.evaluate.per_k_error` (paper metric, ``eval_samples``
-    per k) every that many steps. ``compile`` wraps the forward in ``torch.compile`` (meant for CUDA).
+    per k) every that many steps. ``compile`` wraps the forward in ``torch.compile`` (CPU or CUDA; the
+    state-dict keys stay those of ``model``). ``fused`` trains a :class:`hoplib.models.GPT` on CPU with the
+    fused kernels of :mod:`hoplib.fast` (same maths, dropout masks from another random stream) and uses AdamW's
+    fused implementation on CPU and CUDA; where the kernels do not apply (CUDA, MPS, another model class, no
+    C compiler) the model's own forward is used. ``compile`` and ``fused`` exclude each other.
 
     With ``checkpoint`` (a file path), state is saved atomically every ``checkpoint_every`` steps and at the
     end, and an existing checkpoint is resumed from (after checking that it was written with the same
     settings and ``checkpoint_meta``; otherwise :class:`CheckpointError`).
 
     Returns the history: ``loss`` (one float per step), ``evals`` (``{"step", "per_k_error"}`` records),
-    ``steps_done``, ``wall_time_s``, ``n_train_used``.
+    ``steps_done``, ``wall_time_s``, ``n_train_used``, ``fused`` (whether the fused kernels ran).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -285,15 +297,33 @@ def fit(model: nn.Module, task: HopTask, *, steps: int, batch_size: int = 32, lr
     eval_samples = check_int("eval_samples", eval_samples, low=1)
     if checkpoint_every is not None:
         check_int("checkpoint_every", checkpoint_every, low=1)
+    for name, flag in (("compile", compile), ("fused", fused)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if compile and fused:
+        raise ValueError("compile and fused exclude each other (the fused kernels are opaque to torch.compile); "
+                         "choose one")
     dev = get_device(device)
     model.to(dev)
     if checkpoint is None or not Path(checkpoint).exists():
         torch.manual_seed(seed)
     stream = DataStream(task, batch_size, n_train, seed, dev)
-    forward = torch.compile(model) if compile else model
+    use_kernels = False
+    if fused:
+        from hoplib import fast
+
+        use_kernels = fast.supports(model, dev)
+    if use_kernels:
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            return fast.gpt_forward(model, x)
+    else:
+        forward = torch.compile(model) if compile else model
+    fused_adamw = fused and dev.type in ("cpu", "cuda") and all(p.dtype == torch.float32 for p in model.parameters())
     settings = {"steps": steps, "batch_size": batch_size, "lr": float(lr), "warmup_steps": warmup_steps,
                 "weight_decay": float(weight_decay), "n_train": n_train, "seed": seed, "task": repr(task),
                 "model_class": type(model).__name__, **(checkpoint_meta or {})}
+    if fused:  # only then: checkpoints of plain runs written before this option existed still match
+        settings["fused"] = True
 
     def eval_fn() -> dict[str, Any]:
         from hoplib.evaluate import per_k_error
@@ -309,8 +339,10 @@ def fit(model: nn.Module, task: HopTask, *, steps: int, batch_size: int = 32, lr
     hist = _run_loop(model=model, forward=fwd, streams=[stream], task=task, steps=steps, lr=lr,
                      warmup_steps=warmup_steps, weight_decay=weight_decay, device=dev, progress=progress,
                      eval_every=eval_every, eval_fn=eval_fn, checkpoint=checkpoint,
-                     checkpoint_every=checkpoint_every, settings=settings, desc="train")
+                     checkpoint_every=checkpoint_every, settings=settings, desc="train",
+                     opt_kwargs={"fused": True} if fused_adamw else None)
     hist["n_train_used"] = stream.n_used
+    hist["fused"] = use_kernels
     return hist
 
 
@@ -390,7 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dropout", type=float, default=0.0, help="dropout (the authors' HF default is 0.1)")
     p.add_argument("--eval-samples", type=int, default=100, help="test samples per k")
     p.add_argument("--eval-seed", type=int, default=0)
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA; works on CPU, not faster)")
+    p.add_argument("--fused", action="store_true",
+                   help="fused CPU kernels (hoplib.fast) and fused AdamW: same maths, faster steps on CPU")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -490,11 +524,12 @@ def write_run(out: str | os.PathLike, model: nn.Module, record: dict[str, Any]) 
 
 def train_run(config: dict[str, Any], out: str | os.PathLike, *, device: str | torch.device = "auto",
               progress: bool = True, compile: bool = False, checkpoint_every: int | None = 1000,
-              command: str | None = None) -> dict[str, Any]:
+              command: str | None = None, fused: bool = False) -> dict[str, Any]:
     """Train, evaluate and record one run in folder ``out``: skip it if finished, resume it if interrupted.
 
     Writes ``out/checkpoint.pt`` (every ``checkpoint_every`` steps and at the end), ``out/model.pt`` and
-    ``out/results.json``; returns the results record.
+    ``out/results.json``; returns the results record. ``compile`` and ``fused`` are passed to :func:`fit`
+    (speed options, recorded in the provenance, not part of the configuration).
     """
     if not isinstance(config, dict) or set(config) != set(RUN_KEYS):
         raise ValueError(f"config must be a dict with exactly the keys {RUN_KEYS} (see default_run_config)")
@@ -509,9 +544,11 @@ def train_run(config: dict[str, Any], out: str | os.PathLike, *, device: str | t
     hist = fit(model, task, steps=config["steps"], batch_size=config["batch_size"], lr=config["lr"],
                warmup_steps=config["warmup_steps"], weight_decay=config["weight_decay"], n_train=config["n_train"],
                seed=config["seed"], device=dev, progress=progress, compile=compile,
-               checkpoint=out / "checkpoint.pt", checkpoint_every=checkpoint_every, checkpoint_meta=meta)
+               checkpoint=out / "checkpoint.pt", checkpoint_every=checkpoint_every, checkpoint_meta=meta,
+               fused=fused)
     command = command or "python -m hoplib.train " + " ".join(config_to_argv(config) + ["--out", str(out)])
-    record = results_record(model, task, hist, config, dev, command)
+    speed = {k: v for k, v in (("compiled", compile), ("fused_kernels", hist["fused"])) if v}
+    record = results_record(model, task, hist, config, dev, command, **speed)
     write_run(out, model, record)
     return record
 
@@ -524,7 +561,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{Path(args.out) / 'results.json'} is complete; nothing to do")
     command = "python -m hoplib.train " + " ".join(argv if argv is not None else sys.argv[1:])
     return train_run(config, args.out, device=args.device, progress=not args.no_progress, compile=args.compile,
-                     checkpoint_every=args.checkpoint_every, command=command)
+                     checkpoint_every=args.checkpoint_every, command=command, fused=args.fused)
 
 
 if __name__ == "__main__":

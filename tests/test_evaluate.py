@@ -110,6 +110,8 @@ def test_find_pattern_points_at_the_hop_answer_and_scores_itself_one():
         assert torch.equal(torch.where(ans >= 0, got, ans), ans)  # the attended letter is hop_j's answer
         assert torch.equal(col == 0, ans < 0)  # ⊥ maps to position 0
         assert torch.allclose(alignment_score(m, m), torch.ones(6))
+    start = find_pattern(x, task, "start")
+    assert torch.all(start[:, 1:, 0] == 1) and start.sum() == 6 * (x.shape[1] - 1)  # every query row -> position 0
     uniform = torch.ones(40 - 1, 40 - 1).tril()
     uniform = uniform / uniform.sum(-1, keepdim=True)
     s = alignment_score(uniform.expand(6, -1, -1), find_pattern(x, task, 1))
@@ -126,3 +128,89 @@ def test_alignment_scores_have_one_entry_per_layer_head_and_pattern():
     assert out["patterns"] == ["prev", "find^0", "find^1", "find^2"]
     assert out["scores"].shape == (3, 4, 4) and torch.all((out["scores"] >= 0) & (out["scores"] <= 1))
     assert model.training
+
+
+class PatternModel(nn.Module):
+    """Attention that is exactly a pattern: layer 1 = (prev, find^1, start), layer 2 = (find^k, find^2, find^0).
+
+    The hop count k is read from the k-token, so head (2, 1) changes role with k, as in Figures 14-15.
+    """
+
+    def __init__(self, task: HopTask):
+        super().__init__()
+        self.task = task
+        self.dummy = nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids, return_attention=False):
+        from hoplib.evaluate import find_pattern
+
+        def pat(j):
+            m = find_pattern(ids, self.task, j)
+            m[:, 0, 0] = 1.0  # the k-token attends to itself (rows of a causal softmax sum to 1)
+            return m
+
+        ks = ids[:, 0].tolist()
+        by_k = torch.stack([pat(k)[b] for b, k in enumerate(ks)])
+        atts = [torch.stack([pat("prev"), pat(1), pat("start")], dim=1), torch.stack([by_k, pat(2), pat(0)], dim=1)]
+        logits = torch.zeros(*ids.shape, self.task.vocab.size) + 0 * self.dummy
+        return (logits, atts) if return_attention else logits
+
+
+def test_best_find_per_head_recovers_the_planted_patterns_for_every_k():
+    from hoplib.evaluate import best_find_per_head, head_roles
+
+    task = HopTask(seq_len=30, max_hops=4)
+    table = best_find_per_head(PatternModel(task), task, n_samples=6, device="cpu")
+    names = table["patterns"]
+    assert table["ks"] == [0, 1, 2, 3, 4] and names == ["prev"] + [f"find^{j}" for j in range(5)] + ["start"]
+    assert table["scores"].shape == (2, 3, 5, 7) and table["best"].shape == (2, 3, 5)
+    best = [[[names[int(i)] for i in head] for head in layer] for layer in table["best"]]
+    assert best[0] == [["prev"] * 5, ["find^1"] * 5, ["start"] * 5]
+    assert best[1][1] == ["find^2"] * 5 and best[1][2] == ["find^0"] * 5
+    assert best[1][0] == [f"find^{k}" for k in range(5)]  # the head that follows k
+    assert torch.allclose(table["best_score"], torch.ones(2, 3, 5))
+    roles = head_roles(table)
+    assert roles[(2, 1)] == [f"find^{k}" for k in range(5)] and roles[(1, 1)] == ["prev"]
+    weak = {**table, "best_score": table["best_score"].clone()}
+    weak["best_score"][1, 0, 0] = 0.5  # cells below min_score do not count
+    assert head_roles(weak, min_score=0.9)[(2, 1)] == [f"find^{k}" for k in range(1, 5)]
+    # without the "start" candidate, the head parked on position 0 looks most like the largest find^j (mostly ⊥)
+    no_start = best_find_per_head(PatternModel(task), task, include_start=False, n_samples=6, device="cpu")
+    assert no_start["patterns"][-1] == "find^4" and torch.all(no_start["best"][0, 2] == 5)
+    assert torch.all(no_start["best_score"][0, 2] < 1)
+    # without "prev" and with fewer candidates, the argmax is taken over find^j only
+    small = best_find_per_head(PatternModel(task), task, ks=[3], js=[1, 2], include_prev=False,
+                               include_start=False, n_samples=6, device="cpu")
+    assert small["patterns"] == ["find^1", "find^2"] and small["best"][0, 1, 0] == 0
+    assert float(small["best_score"][0, 0, 0]) < 1.0  # the prev head matches no find^j exactly
+    with pytest.raises(TypeError, match="include_start"):
+        best_find_per_head(PatternModel(task), task, include_start=1, device="cpu")
+    with pytest.raises(ValueError, match="js"):
+        best_find_per_head(PatternModel(task), task, js=[], device="cpu")
+    with pytest.raises(ValueError, match="ks"):
+        best_find_per_head(PatternModel(task), task, ks=[9], device="cpu")
+    with pytest.raises(TypeError, match="table"):
+        head_roles({"best": 1})
+    with pytest.raises(ValueError, match="min_score"):
+        head_roles(table, min_score=2)
+
+
+def test_best_pattern_heatmap_writes_the_argmax_of_each_cell():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hoplib.evaluate import best_find_per_head
+    from hoplib.plots import plot_best_pattern
+
+    task = HopTask(seq_len=24, max_hops=3)
+    table = best_find_per_head(PatternModel(task), task, ks=[1, 3], n_samples=4, device="cpu")
+    ax = plot_best_pattern(table, plt.figure().gca())
+    texts = [t.get_text().split("\n")[0] for t in ax.texts]
+    # rows L1 h1..h3, L2 h1..h3; columns k = 1, 3
+    assert texts == ["p", "p", "1", "1", "s", "s", "1", "3", "2", "2", "0", "0"]
+    assert [t.get_text() for t in ax.get_yticklabels()][:2] == ["L1 h1", "L1 h2"]
+    plt.close("all")
+    with pytest.raises(TypeError, match="table"):
+        plot_best_pattern({"ks": []})

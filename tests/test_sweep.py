@@ -24,6 +24,12 @@ def test_paper_profile_is_the_authors_v1_grid():
         100, 16, 100_000, 1e-4, 1000, 32)
     assert c["head"] == "layernorm" and c["dropout"] == 0.1 and c["weight_decay"] == 0.01
     assert {c["depth"] for c in configs} == {2, 3, 4, 5, 6}
+    small = profile("small").configs()
+    assert len(small) == 10 and {c["depth"] for c in small} == {2, 3}
+    assert {(c["d_model"], c["heads"]) for c in small} == {(16, 1), (32, 2), (64, 4)}
+    assert {c["n_train"] for c in small if c["d_model"] == 64} == {250, 1000, None}
+    assert {c["n_train"] for c in small if c["d_model"] < 64} == {None}
+    assert all(c["seq_len"] == 32 and c["max_hops"] == 4 and c["head"] == "linear" for c in small)
     quick = profile("quick").configs()
     assert max(c["max_hops"] for c in quick) <= 4 and len(quick) >= 3
     with pytest.raises(ValueError, match="name"):
@@ -121,3 +127,21 @@ def test_shards_split_the_grid_and_together_cover_it(tmp_path):
     assert {r["depth"] for r in table} == {1, 2, 3}
     with pytest.raises(ValueError, match="shard"):
         run_sweep(grid, tmp_path, shard=(2, 2))
+
+
+def test_group_plot_draws_one_line_per_group_and_depth():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hoplib.sweep import plot_error_vs_k_groups
+
+    errs = {2: {0: 0.0, 1: 0.2, 2: 0.5}, 3: {0: 0.0, 1: 0.0, 2: 0.3}, 4: {1: 0.0}}
+    ax = plot_error_vs_k_groups({"m=16": errs, "m=32": {2: errs[2]}}, plt.figure().gca(), depths=(2, 3), min_k=1)
+    labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["m=16, L=2", "m=16, L=3", "m=32, L=2"]
+    assert list(ax.get_lines()[0].get_xdata()) == [1, 2]
+    plt.close("all")
+    with pytest.raises(ValueError, match="groups"):
+        plot_error_vs_k_groups({})

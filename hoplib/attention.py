@@ -1,0 +1,215 @@
+"""Efficient attention: Performer's kernel attention (FAVOR+) and Longformer-style masks (Section 5.1).
+
+The paper's Corollaries 5.3 and 5.4 say that two popular ways of making attention cheaper lose the
+logarithmic-depth solution of hop_k. This module implements both, compactly, for
+:class:`hoplib.models.GPT` (``GPTConfig(attention="performer" | "longformer")``).
+
+**Kernel attention (Corollary 5.3; Choromanski et al. 2021).** softmax(QK^T) is replaced by Q'(X) K'(X)^T
+with token-wise feature maps Q', K': R^d -> R^{m'}. FAVOR+ chooses positive random features
+
+    phi(x) = exp(W x - |x|^2 / 2) / sqrt(m'),   W in R^{m' x d} with orthogonal Gaussian rows,
+
+so that E[phi(q) . phi(k)] = exp(q . k) exactly (an unbiased estimate of the softmax kernel). To match
+softmax(q k^T / sqrt(d)), q and k are each multiplied by d^{-1/4} first. Causal kernel attention
+
+    y_i = phi(q_i) . S_i / phi(q_i) . z_i,   S_i = sum_{j<=i} phi(k_j) v_j^T (m' x d),   z_i = sum_{j<=i} phi(k_j)
+
+is computed two ways that agree: :func:`kernel_attention_prefix` runs the prefix sums left to right (linear
+time; the running state (S, z) is what a player posts in the reduction of :mod:`hoplib.efficient`), and
+:func:`kernel_attention_weights` builds the T x T matrix of normalised weights (quadratic; it returns the
+attention map and is what the model uses in training, where T <= 100).
+
+*Stabiliser.* exp can overflow, so both forms subtract maxima that cancel after normalisation: for a query,
+the max over its m' log-features (a per-row constant); for keys, the running max M_i = max_{j<=i} c_j of the
+keys' largest log-features c_j (also a per-row constant, and causal: it only uses keys j <= i). The prefix
+form keeps M in its state and rescales S and z when M grows, as in an online softmax. (For inputs so large
+that a query's and a key's largest features sit on different random directions, the product of the two
+stabilised exponentials can still underflow; at the scales of trained models it does not.)
+
+**Longformer masks (Corollary 5.4; Beltagy et al. 2020).** Lambda^{w,g}_{ij} = 0 (attend) iff |i - j| <= w
+or j = 0 (mod g), intersected with causality j <= i. Positions are **0-based** here, as everywhere in hoplib:
+position 0, which in the hop_k experiments holds the hop-count token and plays the paper's start-token role,
+is always global. The diagonal |i - i| = 0 <= w is always allowed, so every row has at least one key.
+``global_every=None`` means no global tokens (a pure causal sliding window).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from hoplib._validate import check_int
+
+# --------------------------------------------------------------------------- random features (FAVOR+)
+
+
+def orthogonal_features(n_features: int, dim: int, *, seed: int | None = None,
+                        generator: torch.Generator | None = None,
+                        device: str | torch.device | None = None) -> torch.Tensor:
+    """Random projection W (n_features x dim) of FAVOR+: orthogonal Gaussian rows (Choromanski et al. 2021).
+
+    Rows come in blocks of ``dim`` mutually orthogonal directions (QR of a Gaussian matrix); each row is then
+    scaled to the norm of an independent Gaussian vector in R^dim, so every row is marginally N(0, I) and the
+    positive-feature estimate stays unbiased while orthogonality lowers its variance. ``seed`` (or a
+    ``generator``) makes the draw reproducible; drawn on the CPU and moved to ``device``.
+    """
+    n_features = check_int("n_features", n_features, low=1)
+    dim = check_int("dim", dim, low=1)
+    if seed is not None and generator is not None:
+        raise ValueError("give at most one of seed and generator")
+    gen = generator
+    if seed is not None:
+        gen = torch.Generator().manual_seed(check_int("seed", seed, low=0, high=2**63 - 1))
+    blocks = []
+    for _ in range(math.ceil(n_features / dim)):
+        g = torch.randn(dim, dim, generator=gen)
+        qmat, r = torch.linalg.qr(g)
+        qmat = qmat * torch.sign(torch.diagonal(r)).unsqueeze(0)  # sign fix: makes the rotation uniform (Haar)
+        blocks.append(qmat.T)  # rows orthonormal
+    w = torch.cat(blocks)[:n_features]
+    norms = torch.randn(n_features, dim, generator=gen).norm(dim=1, keepdim=True)
+    return (w * norms).to(device if device is not None else "cpu")
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, features: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v), ("features", features)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() < 2 or q.shape != k.shape:
+        raise ValueError(f"q and k must have equal shapes (..., T, d), got {tuple(q.shape)} and {tuple(k.shape)}")
+    if v is not None and (v.shape[:-1] != k.shape[:-1]):
+        raise ValueError(f"v must have shape (..., T, d_v) matching k {tuple(k.shape)}, got {tuple(v.shape)}")
+    if features.dim() != 2 or features.shape[1] != q.shape[-1]:
+        raise ValueError(f"features must have shape (n_features, d = {q.shape[-1]}), got {tuple(features.shape)}")
+
+
+def log_features(x: torch.Tensor, features: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """log phi(x * scale^(1/2)) + log sqrt(m'), i.e. W x' - |x'|^2 / 2 with x' = x * scale^(1/2).
+
+    ``scale`` defaults to 1/sqrt(d), so that phi(q') . phi(k') estimates exp(q . k / sqrt(d)), the softmax
+    kernel of scaled dot-product attention. Shape (..., T, m'). Computed in float32 (float64 for float64 x).
+    """
+    d = x.shape[-1]
+    s = (1.0 / math.sqrt(d)) if scale is None else float(scale)
+    dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xs = x.to(dt) * math.sqrt(s)
+    return xs @ features.to(dt).T - 0.5 * xs.pow(2).sum(-1, keepdim=True)
+
+
+def positive_features(x: torch.Tensor, features: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """The FAVOR+ features phi(x') = exp(W x' - |x'|^2/2) / sqrt(m') without any stabiliser (shape (..., T, m')).
+
+    E_W[phi(q') . phi(k')] = exp(q' . k'), the unbiased estimate of the softmax kernel (Lemma 1 of
+    Choromanski et al. 2021). Use the attention functions below for attention: they stabilise.
+    """
+    return log_features(x, features, scale).exp() / math.sqrt(features.shape[0])
+
+
+def _query_features(q: torch.Tensor, features: torch.Tensor, scale: float | None) -> torch.Tensor:
+    lq = log_features(q, features, scale)
+    return (lq - lq.amax(-1, keepdim=True)).exp()  # per-query constant: cancels after normalisation
+
+
+def _key_features(k: torch.Tensor, features: torch.Tensor, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    lk = log_features(k, features, scale)
+    c = lk.amax(-1)  # (..., T)
+    return (lk - c.unsqueeze(-1)).exp(), c
+
+
+def _no_autocast(device: torch.device):
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def kernel_attention_weights(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor,
+                             scale: float | None = None) -> torch.Tensor:
+    """Causal FAVOR+ attention weights A (..., T, T) in the quadratic (masked) form; rows sum to 1.
+
+    A_ij = phi(q_i) . phi(k_j) / sum_{l<=i} phi(q_i) . phi(k_l) for j <= i, 0 for j > i, with the
+    stabilisers of the module docstring (they cancel in the ratio). ``q``, ``k``: (..., T, d); ``features``:
+    (m', d) from :func:`orthogonal_features`. ``A @ v`` equals :func:`kernel_attention_prefix` (Corollary 5.3's
+    kernel attention).
+    """
+    _check_qkv(q, k, None, features)
+    with _no_autocast(q.device):
+        fq = _query_features(q, features, scale)
+        fk, c = _key_features(k, features, scale)
+        t = q.shape[-2]
+        causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+        big_m = torch.cummax(c, dim=-1).values  # running max over keys j <= i
+        shift = (c.unsqueeze(-2) - big_m.unsqueeze(-1)).masked_fill(~causal, float("-inf"))  # (..., T_q, T_k)
+        raw = (fq @ fk.transpose(-2, -1)) * shift.exp()
+        return raw / raw.sum(-1, keepdim=True)
+
+
+def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor,
+                            scale: float | None = None,
+                            state: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                            ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Causal FAVOR+ attention in the prefix-sum (recurrent, linear-time) form; returns ``(y, state)``.
+
+    Position by position: S <- S * exp(M_old - M) + exp(c_i - M) phi~(k_i) v_i^T, z likewise, y_i =
+    phi~(q_i) . S / phi~(q_i) . z. The state ``(S, z, M)`` has shapes (..., m', d_v), (..., m'), (...): the
+    running sums of Corollary 5.3's proof (stabilised by the running key maximum M, which is part of the
+    state). Pass the state returned for a prefix to continue on the next block: this is how the players of
+    :func:`hoplib.efficient.simulate_kernel_protocol` split the sequence. Equals
+    ``kernel_attention_weights(q, k, features) @ v`` up to float rounding.
+    """
+    _check_qkv(q, k, v, features)
+    with _no_autocast(q.device):
+        fq = _query_features(q, features, scale)
+        fk, c = _key_features(k, features, scale)
+        vf = v.float()
+        batch = q.shape[:-2]
+        m_feat, dv = features.shape[0], v.shape[-1]
+        if state is None:
+            s = torch.zeros(*batch, m_feat, dv, device=q.device)
+            z = torch.zeros(*batch, m_feat, device=q.device)
+            big_m = torch.full(batch, float("-inf"), device=q.device)
+        else:
+            s, z, big_m = (t.float() for t in state)
+            if s.shape != (*batch, m_feat, dv) or z.shape != (*batch, m_feat) or big_m.shape != batch:
+                raise ValueError(f"state must have shapes {(*batch, m_feat, dv)}, {(*batch, m_feat)}, {batch}; "
+                                 f"got {tuple(s.shape)}, {tuple(z.shape)}, {tuple(big_m.shape)}")
+        out = []
+        for i in range(q.shape[-2]):
+            new_m = torch.maximum(big_m, c[..., i])
+            decay = (big_m - new_m).exp()  # 0 at the start (exp(-inf)); the sums are 0 there anyway
+            gain = (c[..., i] - new_m).exp()
+            fki = fk[..., i, :] * gain.unsqueeze(-1)
+            s = s * decay[..., None, None] + fki.unsqueeze(-1) * vf[..., i, :].unsqueeze(-2)
+            z = z * decay.unsqueeze(-1) + fki
+            big_m = new_m
+            fqi = fq[..., i, :]
+            num = (fqi.unsqueeze(-2) @ s).squeeze(-2)
+            den = (fqi * z).sum(-1, keepdim=True)
+            out.append(num / den)
+        return torch.stack(out, dim=-2), (s, z, big_m)
+
+
+# --------------------------------------------------------------------------- Longformer masks
+
+
+def longformer_mask(n: int, window: int, global_every: int | None = None,
+                    device: str | torch.device | None = None) -> torch.Tensor:
+    """The causal Longformer mask (n x n, True = may attend) of Corollary 5.4, 0-based positions.
+
+    Query i may attend key j iff j <= i and (i - j <= ``window`` or j = 0 mod ``global_every``). Position 0 is
+    global (0-based indexing; it holds the hop-count token in the experiments). ``global_every=None``: no
+    global tokens. Every row allows at least its own position.
+    """
+    n = check_int("n", n, low=1)
+    window = check_int("window", window, low=0)
+    i = torch.arange(n, device=device).unsqueeze(1)
+    j = torch.arange(n, device=device).unsqueeze(0)
+    allowed = (i - j) <= window
+    if global_every is not None:
+        global_every = check_int("global_every", global_every, low=1)
+        allowed = allowed | (j % global_every == 0)
+    return allowed & (j <= i)
+
+
+def masked_softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + Lambda) with Lambda = 0 where ``mask`` is True and -inf elsewhere."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)

@@ -1,0 +1,628 @@
+"""Kernel and Longformer attention as blackboard protocols, and depth experiments (Section 5.1, Cor. 5.3, 5.4).
+
+The lower bounds of Corollaries 5.3 and 5.4 come from the same reduction as the RNN bound (Corollary 5.2,
+:func:`hoplib.pointer_chasing.simulate_rnn_protocol`): cut the input into contiguous blocks held by players
+P_p, ..., P_1 (P_p leftmost), let round l compute layer l, and count what the players must post so that
+everyone can finish the layer on their own block. This module runs both reductions on real
+:class:`hoplib.models.GPT` models, with exact bit accounting on a :class:`hoplib.pointer_chasing.Blackboard`:
+
+* :func:`simulate_kernel_protocol` (Corollary 5.3): kernel attention's causal prefix sums S = sum phi(k_j)
+  v_j^T (m' x d_head per head) and z = sum phi(k_j) are all that crosses a block boundary, so in round l each
+  player continues the sums from the previous player's post over its own block
+  (:func:`hoplib.attention.kernel_attention_prefix`) and posts them: H (m'(d_head + 1) + 1) float32 numbers
+  (the +1 is the stabiliser's running maximum), independent of N.
+* :func:`simulate_longformer_protocol` (Corollary 5.4): a query at position i only sees keys in
+  [i - w, i] and the global positions j = 0 (mod g), so in round l each player posts the layer-(l-1)
+  activations of its last min(w, block length) tokens and of its global tokens (those not already among the
+  last w); with blocks shorter than w a window can reach back over several players, which this rule covers.
+
+Each returns ``(output, bits)``: P_1's logits at the last position, equal to ``model(x)[0, -1]`` up to float
+rounding, and the bits posted, which :func:`kernel_protocol_bits` and :func:`longformer_protocol_bits`
+predict exactly. :func:`kernel_paper_scale` and :func:`longformer_paper_scale` give the message sizes the
+corollaries name (m m' H p and (w + N/(g k)) m H p), to compare with N / k^6
+(:func:`hoplib.pointer_chasing.lower_bound_scale`).
+
+The second half trains small GPTs with softmax, Performer and Longformer attention at equal depth and width
+on multi-task hop_k (:func:`attention_sweep`, with :func:`hoplib.train.fit` and
+:func:`hoplib.evaluate.per_k_error`) and summarises the depth each needs (:func:`depth_needed`,
+:func:`plot_attention_sweep`, :func:`error_table`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+from hoplib import attention as attn
+from hoplib import pointer_chasing as pc
+from hoplib._validate import check_choice, check_int, check_int_array
+from hoplib.models import GPT, GPTConfig, count_parameters, gpt_for_task
+
+KINDS = ("softmax", "performer", "longformer")
+FLOAT_BITS = 32
+"""Bits per posted number: float32, counted honestly (the paper's p)."""
+
+# --------------------------------------------------------------------------- float <-> bits
+
+
+def floats_to_bits(t: torch.Tensor) -> tuple[int, ...]:
+    """The float32 bit patterns of ``t`` (flattened), 32 bits per entry, least significant bit first."""
+    a = t.detach().float().cpu().contiguous().numpy().reshape(-1).view(np.uint8)
+    return tuple(np.unpackbits(a, bitorder="little").tolist())
+
+
+def bits_to_floats(bits: Sequence[int], shape: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
+    """Inverse of :func:`floats_to_bits`: a float32 tensor of ``shape`` on ``device`` (exact round trip)."""
+    arr = np.packbits(np.asarray(bits, dtype=np.uint8), bitorder="little").view(np.float32)
+    n = int(np.prod(shape)) if len(shape) else 1
+    if arr.size != n:
+        raise ValueError(f"bits must hold {n} float32 numbers ({32 * n} bits), got {len(bits)} bits")
+    return torch.from_numpy(arr.copy()).reshape(tuple(shape)).to(device)
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _prepare(model: object, x: object, num_players: int, kind: str) -> tuple[GPT, torch.Tensor, list[int], int]:
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a hoplib.models.GPT, got {type(model).__name__}")
+    if model.config.attention != kind:
+        raise ValueError(f"model must have attention={kind!r}, got {model.config.attention!r}")
+    check_int_array("x", x)
+    if x.ndim != 1:
+        raise ValueError(f"x must be a 1-D sequence of ids, got shape {tuple(x.shape)}")
+    n = int(x.shape[0])
+    if n > model.config.n_positions:
+        raise ValueError(f"x must have length <= n_positions = {model.config.n_positions}, got {n}")
+    num_players = check_int("num_players", num_players, low=1, high=n)
+    device = next(model.parameters()).device
+    xt = (torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x).long().to(device)
+    if int(xt.min()) < 0 or int(xt.max()) >= model.config.vocab_size:
+        raise ValueError(f"x must hold ids in [0, {model.config.vocab_size - 1}]")
+    sizes = pc.block_sizes(n, num_players)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    return model, xt, starts, num_players
+
+
+def _output_bits(n_classes: int) -> int:
+    return max(1, math.ceil(math.log2(n_classes)))
+
+
+def _finish_block(model: GPT, layer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Residual, output projection and MLP of ``layer`` on a block, given the attention mix ``y`` (1, H, T, d)."""
+    block = model.blocks[layer]
+    b, t, m = x.shape
+    a = block.attn.proj(y.transpose(1, 2).reshape(b, t, m))
+    x = x + a
+    return x + block.mlp(block.ln2(x))
+
+
+def _heads(model: GPT, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    block = model.blocks[layer]
+    b, t, m = x.shape
+    h = model.config.heads
+    q, k, v = block.attn.qkv(block.ln1(x)).split(m, dim=-1)
+    return tuple(z.view(b, t, h, m // h).transpose(1, 2) for z in (q, k, v))  # type: ignore[return-value]
+
+
+def _readout(model: GPT, x_last: torch.Tensor) -> torch.Tensor:
+    z = model.ln_f(x_last)
+    return z if model.unembed is None else model.unembed(z)
+
+
+def _embed(model: GPT, xt: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    pos = torch.arange(lo, hi, device=xt.device)
+    return (model.wte(xt[lo:hi]) + model.wpe(pos)).unsqueeze(0)
+
+
+# --------------------------------------------------------------------------- Corollary 5.3: kernel attention
+
+
+@torch.no_grad()
+def simulate_kernel_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_players: int,
+                             blackboard: pc.Blackboard | None = None) -> tuple[torch.Tensor, int]:
+    """Run a Performer GPT (kernel attention) as the blackboard protocol of Corollary 5.3's proof.
+
+    ``x`` (1-D ids) is cut into ``num_players`` contiguous blocks (:func:`hoplib.pointer_chasing.block_sizes`),
+    P_p leftmost, P_1 rightmost. Round l = layer l: P_p, ..., P_1 in turn read the previous player's post of
+    this round (the stabilised running sums (S, z, M) per head after all earlier positions, float32 bits),
+    continue kernel attention over their own block with
+    :func:`hoplib.attention.kernel_attention_prefix`, finish the layer (projection, residual, MLP) on their
+    block, and, except P_1, post the new running sums: heads * (m'(d_head + 1) + 1) * 32 bits. In the last
+    round P_1 applies the final LayerNorm and head at its last position and posts the argmax class
+    (ceil(log2 C) bits). Returns ``(logits at the last position, bits posted)``; the logits equal
+    ``model(x[None])[0, -1]`` up to float rounding.
+    """
+    model, xt, starts, p = _prepare(model, x, num_players, "performer")
+    if model.training:
+        raise ValueError("model must be in eval mode (call model.eval()): the protocol has no dropout")
+    cfg = model.config
+    h, dh, mf = cfg.heads, cfg.d_model // cfg.heads, cfg.n_features
+    shapes = [(1, h, mf, dh), (1, h, mf), (1, h)]
+    sizes = [int(np.prod(s)) for s in shapes]
+    device = xt.device
+    board = blackboard if blackboard is not None else pc.Blackboard(p)
+    if board.num_players != p or board.posts:
+        raise ValueError(f"blackboard must be empty and have num_players = {p}")
+    result: dict[str, torch.Tensor] = {}
+
+    def make(j: int) -> pc.Player:
+        b = p - j  # P_j holds block b (left to right)
+        local = {"x": _embed(model, xt, starts[b], starts[b + 1])}
+
+        def play(r: int, board: pc.Blackboard) -> object:
+            if r > cfg.depth:
+                return None
+            layer = r - 1
+            state = None
+            if j < p:
+                flat = bits_to_floats(board.last_message(j + 1, r), (sum(sizes),), device)
+                parts = torch.split(flat, sizes)
+                state = tuple(part.reshape(s) for part, s in zip(parts, shapes, strict=True))
+            q, k, v = _heads(model, local["x"], layer)
+            y, state = attn.kernel_attention_prefix(q, k, v, model.blocks[layer].attn.features, state=state)
+            local["x"] = _finish_block(model, layer, local["x"], y.to(v.dtype))
+            if j > 1:
+                return floats_to_bits(torch.cat([s.reshape(-1) for s in state]))
+            if r == cfg.depth:
+                logits = _readout(model, local["x"][0, -1])
+                result["output"] = logits
+                return pc.int_to_bits(int(logits.argmax()), _output_bits(logits.shape[-1]))
+            return None
+        return play
+
+    pc.run_protocol([make(j) for j in range(1, p + 1)], cfg.depth, blackboard=board)
+    return result["output"], board.total_bits
+
+
+def kernel_message_bits(heads: int, d_head: int, n_features: int) -> int:
+    """Bits of one post in :func:`simulate_kernel_protocol`: 32 H (m'(d_head + 1) + 1)."""
+    heads = check_int("heads", heads, low=1)
+    d_head = check_int("d_head", d_head, low=1)
+    n_features = check_int("n_features", n_features, low=1)
+    return FLOAT_BITS * heads * (n_features * (d_head + 1) + 1)
+
+
+def kernel_protocol_bits(n_layers: int, num_players: int, heads: int, d_head: int, n_features: int,
+                         n_classes: int) -> int:
+    """Total bits of :func:`simulate_kernel_protocol`: L (p - 1) 32 H (m'(d_head + 1) + 1) + ceil(log2 C).
+
+    Independent of N: this is why kernel attention is cheap, and why Corollary 5.3 bites.
+    """
+    n_layers = check_int("n_layers", n_layers, low=1)
+    num_players = check_int("num_players", num_players, low=1)
+    n_classes = check_int("n_classes", n_classes, low=1)
+    return n_layers * (num_players - 1) * kernel_message_bits(heads, d_head, n_features) + _output_bits(n_classes)
+
+
+def kernel_paper_scale(d_model: int, n_features: int, heads: int, precision: int = FLOAT_BITS) -> int:
+    """m m' H p, the message size of Corollary 5.3 (the paper's K'^T V is m' x m per head)."""
+    return (check_int("d_model", d_model, low=1) * check_int("n_features", n_features, low=1)
+            * check_int("heads", heads, low=1) * check_int("precision", precision, low=1))
+
+
+# --------------------------------------------------------------------------- Corollary 5.4: Longformer masks
+
+
+def _multiples(lo: int, hi: int, g: int | None) -> int:
+    """Number of j in [lo, hi) with j = 0 mod g (0 if g is None)."""
+    if g is None or hi <= lo:
+        return 0
+    return (hi - 1) // g - (lo - 1) // g
+
+
+def posted_positions(n: int, num_players: int, window: int, global_every: int | None) -> dict[int, list[int]]:
+    """For each player j, the positions whose activations P_j posts in every round of the Longformer protocol.
+
+    P_j's block [s, e) contributes its last min(w, e - s) positions (every later window that reaches back into
+    this block only reaches these: a later query i >= e sees j >= i - w >= e - w) and its global positions
+    (multiples of g, which every later query sees), each once. P_1 posts none (nobody comes after it).
+    """
+    n = check_int("n", n, low=1)
+    window = check_int("window", window, low=0)
+    if global_every is not None:
+        global_every = check_int("global_every", global_every, low=1)
+    sizes = pc.block_sizes(n, num_players)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+    out: dict[int, list[int]] = {}
+    for b in range(num_players):
+        j = num_players - b
+        s, e = starts[b], starts[b + 1]
+        if j == 1:
+            out[j] = []
+            continue
+        tail = set(range(max(s, e - window), e))
+        glob = {t for t in range(s, e) if global_every is not None and t % global_every == 0}
+        out[j] = sorted(tail | glob)
+    return out
+
+
+@torch.no_grad()
+def simulate_longformer_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_players: int,
+                                 blackboard: pc.Blackboard | None = None) -> tuple[torch.Tensor, int]:
+    """Run a Longformer GPT as the blackboard protocol of Corollary 5.4's proof.
+
+    Blocks and speaking order as in :func:`simulate_kernel_protocol`. In round l, P_j (j > 1) posts the
+    layer-(l-1) activations (d_model float32 each) of the positions :func:`posted_positions` gives it, then
+    every player reads everything posted so far in this round, which contains every key position its queries
+    may attend outside its block (the window reaching back w positions, possibly across several players, and
+    all earlier global positions), computes layer l on its block (masked softmax over those keys and its own
+    block, with the mask of :func:`hoplib.attention.longformer_mask`), and keeps the result. In the last round
+    P_1 posts the argmax class. Returns ``(logits at the last position, bits posted)``.
+    """
+    model, xt, starts, p = _prepare(model, x, num_players, "longformer")
+    if model.training:
+        raise ValueError("model must be in eval mode (call model.eval()): the protocol has no dropout")
+    cfg = model.config
+    n, m, w, g = int(xt.shape[0]), cfg.d_model, cfg.window, cfg.global_every
+    posts = posted_positions(n, p, w, g)
+    device = xt.device
+    board = blackboard if blackboard is not None else pc.Blackboard(p)
+    if board.num_players != p or board.posts:
+        raise ValueError(f"blackboard must be empty and have num_players = {p}")
+    result: dict[str, torch.Tensor] = {}
+
+    def make(j: int) -> pc.Player:
+        b = p - j
+        s, e = starts[b], starts[b + 1]
+        local = {"x": _embed(model, xt, s, e)}
+
+        def play(r: int, board: pc.Blackboard) -> object:
+            if r > cfg.depth:
+                return None
+            layer = r - 1
+            # What earlier players posted in this round: their layer-(l-1) activations at public positions.
+            ctx_pos: list[int] = []
+            ctx_x: list[torch.Tensor] = []
+            for jj in range(p, j, -1):
+                if posts[jj]:
+                    msg = board.last_message(jj, r)
+                    ctx_pos += posts[jj]
+                    ctx_x.append(bits_to_floats(msg, (len(posts[jj]), m), device))
+            pos = torch.tensor(ctx_pos + list(range(s, e)), device=device)
+            xs = torch.cat(ctx_x + [local["x"][0]]).unsqueeze(0) if ctx_x else local["x"]
+            q, k, v = _heads(model, xs, layer)
+            t_ctx = len(ctx_pos)
+            i, jpos = pos[t_ctx:].unsqueeze(1), pos.unsqueeze(0)
+            allowed = (jpos <= i) & (((i - jpos) <= w) | ((jpos % g == 0) if g is not None else False))
+            y = F.scaled_dot_product_attention(q[:, :, t_ctx:], k, v, attn_mask=allowed)
+            message = None
+            if posts[j]:
+                idx = [t - s for t in posts[j]]
+                message = floats_to_bits(local["x"][0, idx])  # layer-(l-1) activations, posted this round
+            local["x"] = _finish_block(model, layer, local["x"], y)
+            if j > 1:
+                return message
+            if r == cfg.depth:
+                logits = _readout(model, local["x"][0, -1])
+                result["output"] = logits
+                return pc.int_to_bits(int(logits.argmax()), _output_bits(logits.shape[-1]))
+            return None
+        return play
+
+    pc.run_protocol([make(j) for j in range(1, p + 1)], cfg.depth, blackboard=board)
+    return result["output"], board.total_bits
+
+
+def longformer_protocol_bits(n: int, num_players: int, n_layers: int, d_model: int, window: int,
+                             global_every: int | None, n_classes: int) -> int:
+    """Total bits of :func:`simulate_longformer_protocol`, in closed form over the blocks.
+
+    L * 32 m * sum over P_p..P_2's blocks [s, e) of (min(w, e - s) + #{multiples of g in [s, e - min(w, e - s))})
+    + ceil(log2 C). For blocks of length >= w this is about L 32 m (p - 1) (w + N/(g p)).
+    """
+    n = check_int("n", n, low=1)
+    num_players = check_int("num_players", num_players, low=1, high=n)
+    n_layers = check_int("n_layers", n_layers, low=1)
+    d_model = check_int("d_model", d_model, low=1)
+    window = check_int("window", window, low=0)
+    if global_every is not None:
+        global_every = check_int("global_every", global_every, low=1)
+    n_classes = check_int("n_classes", n_classes, low=1)
+    sizes = pc.block_sizes(n, num_players)
+    tokens, s = 0, 0
+    for size in sizes[:-1]:  # every block but P_1's
+        e = s + size
+        tail = min(window, size)
+        tokens += tail + _multiples(s, e - tail, global_every)
+        s = e
+    return n_layers * FLOAT_BITS * d_model * tokens + _output_bits(n_classes)
+
+
+def longformer_paper_scale(n: int, k: int, window: int, global_every: int | None, d_model: int, heads: int,
+                           precision: int = FLOAT_BITS) -> float:
+    """(w + N/(g k)) m H p, the message size of Corollary 5.4 (N/(g k) = 0 without global tokens)."""
+    n = check_int("n", n, low=1)
+    k = check_int("k", k, low=1)
+    window = check_int("window", window, low=0)
+    glob = 0.0 if global_every is None else n / (check_int("global_every", global_every, low=1) * k)
+    return ((window + glob) * check_int("d_model", d_model, low=1) * check_int("heads", heads, low=1)
+            * check_int("precision", precision, low=1))
+
+
+# --------------------------------------------------------------------------- the reductions on hop_k inputs
+
+
+def reduction_model(kind: str, instance: pc.PointerChasingInstance, *, depth: int, d_model: int, heads: int,
+                    n_features: int | None = None, window: int | None = None,
+                    global_every: int | None = None, seed: int = 0) -> GPT:
+    """A randomly initialised GPT (eval mode) with ``kind`` attention for Proposition E.4's sequences.
+
+    Vocabulary 2q + 2, context 2kq + 1, one logit per symbol. Weights drawn from ``seed``; the reduction does
+    not care what the weights are, only that the protocol reproduces the forward pass.
+    """
+    check_choice("kind", kind, ("performer", "longformer"))
+    if not isinstance(instance, pc.PointerChasingInstance):
+        raise TypeError(f"instance must be a PointerChasingInstance, got {type(instance).__name__}")
+    seed = check_int("seed", seed, low=0, high=2**32 - 1)
+    cfg = GPTConfig(vocab_size=instance.alphabet_size, n_positions=instance.length, depth=depth, d_model=d_model,
+                    heads=heads, attention=kind, n_features=n_features, window=window, global_every=global_every)
+    torch.manual_seed(seed)
+    return GPT(cfg).eval()
+
+
+def reduction_record(kind: str, k: int, q: int, *, depth: int, d_model: int, heads: int,
+                     n_features: int | None = None, window: int | None = None, global_every: int | None = None,
+                     seed: int = 0) -> dict[str, Any]:
+    """Run one reduction on a random pointer-chasing instance (k players, Proposition E.4) and report it.
+
+    Returns ``{"kind", "k", "q", "N", "depth", "d_model", "heads", "n_features", "window", "global_every",
+    "bits", "formula_bits", "message_bits", "paper_scale", "N/k^6", "max_abs_diff"}``: the bits posted, the
+    formula's prediction, the longest single message, the corollary's message scale, the lower-bound scale
+    and the largest difference between the protocol's logits and the forward pass.
+    """
+    instance = pc.random_instance(check_int("k", k, low=1), check_int("q", q, low=2), seed=seed)
+    x, _ = pc.to_hop_sequence(instance)
+    model = reduction_model(kind, instance, depth=depth, d_model=d_model, heads=heads, n_features=n_features,
+                            window=window, global_every=global_every, seed=seed)
+    board = pc.Blackboard(k)
+    device = next(model.parameters()).device
+    if kind == "performer":
+        out, bits = simulate_kernel_protocol(model, x, k, blackboard=board)
+        formula = kernel_protocol_bits(depth, k, heads, d_model // heads, n_features, model.num_classes)
+        scale: float = kernel_paper_scale(d_model, n_features, heads)
+    else:
+        out, bits = simulate_longformer_protocol(model, x, k, blackboard=board)
+        formula = longformer_protocol_bits(len(x), k, depth, d_model, window, global_every, model.num_classes)
+        scale = longformer_paper_scale(len(x), k, window, global_every, d_model, heads)
+    with torch.no_grad():
+        direct = model(torch.from_numpy(x).to(device)[None])[0, -1]
+    return {"kind": kind, "k": k, "q": q, "N": len(x), "depth": depth, "d_model": d_model, "heads": heads,
+            "n_features": n_features, "window": window, "global_every": global_every, "bits": bits,
+            "formula_bits": formula, "message_bits": board.max_message_bits, "paper_scale": scale,
+            "N/k^6": pc.lower_bound_scale(len(x), k), "max_abs_diff": float((out - direct).abs().max())}
+
+
+def plot_reduction_bits(records: Sequence[dict[str, Any]], ax: plt.Axes | None = None) -> Figure:
+    """Longest message (bits) against N for each reduction, with the corollaries' scales and N / k^6."""
+    if not records:
+        raise ValueError("records must be a non-empty list of reduction_record dicts")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+    else:
+        fig = ax.figure
+    colours = {"performer": "C0", "longformer": "C1"}
+    for kind in ("performer", "longformer"):
+        rs = sorted((r for r in records if r["kind"] == kind), key=lambda r: r["N"])
+        if not rs:
+            continue
+        ns = [r["N"] for r in rs]
+        ax.plot(ns, [r["message_bits"] for r in rs], "o-", color=colours[kind], label=f"{kind}: measured message")
+        ax.plot(ns, [r["paper_scale"] for r in rs], "s--", color=colours[kind], alpha=0.6,
+                label=f"{kind}: paper's scale")
+    rs = sorted(records, key=lambda r: r["N"])
+    ax.plot([r["N"] for r in rs], [r["N/k^6"] for r in rs], "k^", label="N / k^6 (each run's k)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(sorted({r["N"] for r in records}))
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel("bits")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- FAVOR+ against softmax
+
+
+def favor_error(n_features: Sequence[int], *, seq_len: int = 32, d_head: int = 16, heads: int = 4,
+                input_scale: float = 0.5, n_draws: int = 3, seed: int = 0) -> list[dict[str, Any]]:
+    """Mean absolute error of FAVOR+ causal attention weights against exact softmax weights, per m'.
+
+    Fixed Gaussian q, k (entries N(0, ``input_scale``^2)); for each m' in ``n_features`` and each of
+    ``n_draws`` feature draws, records ``{"n_features", "draw", "weight_error", "output_error"}`` (mean
+    |A - A_exact| and mean |A v - A_exact v|).
+    """
+    ms = [check_int("n_features[i]", m, low=1) for m in n_features]
+    seq_len = check_int("seq_len", seq_len, low=1)
+    d_head = check_int("d_head", d_head, low=1)
+    heads = check_int("heads", heads, low=1)
+    n_draws = check_int("n_draws", n_draws, low=1)
+    gen = torch.Generator().manual_seed(check_int("seed", seed, low=0, high=2**32 - 1))
+    q, k, v = (torch.randn(heads, seq_len, d_head, generator=gen) for _ in range(3))
+    q, k = q * input_scale, k * input_scale
+    exact = attn.masked_softmax_weights(q, k, torch.ones(seq_len, seq_len, dtype=torch.bool).tril())
+    out = []
+    for m in ms:
+        for d in range(n_draws):
+            a = attn.kernel_attention_weights(q, k, attn.orthogonal_features(m, d_head, seed=seed * 1000 + d))
+            out.append({"n_features": m, "draw": d, "weight_error": float((a - exact).abs().mean()),
+                        "output_error": float((a @ v - exact @ v).abs().mean())})
+    return out
+
+
+def favor_slope(records: Sequence[dict[str, Any]], key: str = "weight_error") -> float:
+    """Least-squares slope of log(mean error) against log m' (about -1/2 for a Monte Carlo estimate)."""
+    if not records:
+        raise ValueError("records must be a non-empty list of favor_error dicts")
+    check_choice("key", key, ("weight_error", "output_error"))
+    ms = sorted({r["n_features"] for r in records})
+    if len(ms) < 2:
+        raise ValueError("records must cover at least two values of n_features")
+    means = [np.mean([r[key] for r in records if r["n_features"] == m]) for m in ms]
+    return float(np.polyfit(np.log(ms), np.log(means), 1)[0])
+
+
+def plot_favor_error(records: Sequence[dict[str, Any]], ax: plt.Axes | None = None) -> Figure:
+    """Mean error against m' (log-log, mean over draws), with a 1/sqrt(m') reference line."""
+    if not records:
+        raise ValueError("records must be a non-empty list of favor_error dicts")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+    else:
+        fig = ax.figure
+    ms = sorted({r["n_features"] for r in records})
+    for key, label in (("weight_error", "attention weights"), ("output_error", "attention output")):
+        means = [np.mean([r[key] for r in records if r["n_features"] == m]) for m in ms]
+        ax.plot(ms, means, "o-", label=label)
+    ref = np.mean([r["output_error"] for r in records if r["n_features"] == ms[0]])
+    ax.plot(ms, [ref * math.sqrt(ms[0] / m) for m in ms], "k:", label="∝ 1/√m'")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("random features m'")
+    ax.set_ylabel("mean |FAVOR+ − softmax|")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- training experiment
+
+
+def attention_sweep(task: object, *, kinds: Sequence[str] = KINDS, depths: Sequence[int] = (1, 2),
+                    d_model: int = 32, heads: int = 4, n_features: int = 16, window: int = 4,
+                    global_every: int | None = None, steps: int = 100, batch_size: int = 32, lr: float = 1e-3,
+                    warmup_steps: int = 10, n_samples: int = 100, seed: int = 0,
+                    device: str | torch.device = "auto", progress: bool = True,
+                    on_model: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Train one GPT per (attention kind, depth) on multi-task hop_k and measure its error for every k.
+
+    All models have the same width ``d_model`` and ``heads``; Performer models use ``n_features`` random
+    features, Longformer models window radius ``window`` and global positions every ``global_every`` (0-based,
+    so position 0, the hop-count token, is global whenever g is set). Training is :func:`hoplib.train.fit`
+    (AdamW, warmup and linear decay, fresh samples each step), evaluation :func:`hoplib.evaluate.per_k_error`
+    (the paper's metric, ``n_samples`` per k). Returns tidy records ``{"kind", "depth", "d_model", "heads",
+    "n_features", "window", "global_every", "params", "k", "error", "final_loss", "train_time_s"}``.
+    """
+    from hoplib.evaluate import per_k_error
+    from hoplib.tasks import HopTask
+    from hoplib.train import fit
+
+    if not isinstance(task, HopTask):
+        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
+    kinds = [check_choice("kinds[i]", kd, KINDS) for kd in kinds]
+    depths = [check_int("depths[i]", d, low=1) for d in depths]
+    steps = check_int("steps", steps, low=1)
+    grid = [(kd, d) for kd in kinds for d in depths]
+    if progress:
+        from tqdm.auto import tqdm
+        grid_iter = tqdm(grid, desc="models")
+    else:
+        grid_iter = grid
+    records: list[dict[str, Any]] = []
+    for i, (kind, depth) in enumerate(grid_iter):
+        torch.manual_seed(seed + i)
+        extra = {"performer": {"n_features": n_features}, "longformer": {"window": window,
+                                                                         "global_every": global_every},
+                 "softmax": {}}[kind]
+        model = gpt_for_task(task, depth=depth, d_model=d_model, heads=heads, attention=kind, **extra)
+        t0 = time.perf_counter()
+        hist = fit(model, task, steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, seed=seed,
+                   device=device, progress=False)
+        wall = time.perf_counter() - t0
+        errors = per_k_error(model, task, n_samples=n_samples, seed=seed, device=device)
+        final_loss = float(np.mean(hist["loss"][-10:]))
+        for k, err in errors.items():
+            records.append({"kind": kind, "depth": depth, "d_model": d_model, "heads": heads,
+                            "n_features": n_features if kind == "performer" else None,
+                            "window": window if kind == "longformer" else None,
+                            "global_every": global_every if kind == "longformer" else None,
+                            "params": count_parameters(model), "k": int(k), "error": float(err),
+                            "final_loss": final_loss, "train_time_s": round(wall, 2)})
+        if on_model is not None:
+            on_model(records)
+    return records
+
+
+def _check_records(records: Sequence[dict[str, Any]]) -> None:
+    if not records:
+        raise ValueError("records must be a non-empty list of attention_sweep records")
+    for key in ("kind", "depth", "k", "error"):
+        if key not in records[0]:
+            raise ValueError(f"records must have the key {key!r} (as attention_sweep returns)")
+
+
+def plot_attention_sweep(records: Sequence[dict[str, Any]], title: str = "") -> Figure:
+    """Error against k, one panel per attention kind, one curve per depth; chance level (0.75) dotted."""
+    _check_records(records)
+    shown = [kd for kd in KINDS if any(r["kind"] == kd for r in records)]
+    depths = sorted({r["depth"] for r in records})
+    fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 3), sharey=True, squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for ax, kind in zip(axes[0], shown, strict=True):
+        for d in depths:
+            pts = sorted((r["k"], r["error"]) for r in records if r["kind"] == kind and r["depth"] == d)
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, color=cmap(d / (max(depths) + 1)),
+                        label=f"L={d}")
+        ax.set_title(kind, fontsize=10)
+        ax.set_xlabel("k")
+        ax.axhline(0.75, color="0.7", lw=0.8, ls=":")
+    axes[0][0].set_ylabel("test error")
+    axes[0][-1].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def error_table(records: Sequence[dict[str, Any]]) -> str:
+    """A text table: one row per (attention kind, depth) with its parameter count and error per k."""
+    _check_records(records)
+    ks = sorted({r["k"] for r in records})
+    lines = [f"{'model':>16} {'params':>8}  " + " ".join(f"k={k:<4}" for k in ks)]
+    keys = sorted({(KINDS.index(r["kind"]), r["kind"], r["depth"]) for r in records})
+    for _, kind, d in keys:
+        rows = [r for r in records if (r["kind"], r["depth"]) == (kind, d)]
+        errs = {r["k"]: r["error"] for r in rows}
+        lines.append(f"{kind + f' L={d}':>16} {rows[0].get('params', 0):>8,}  "
+                     + " ".join(f"{errs[k]:<6.3f}" if k in errs else f"{'-':<6}" for k in ks))
+    return "\n".join(lines)
+
+
+def depth_needed(records: Sequence[dict[str, Any]], threshold: float) -> dict[tuple[str, int], int | None]:
+    """Smallest depth whose error at k is <= ``threshold``, per (attention kind, k); None if no depth tried did."""
+    _check_records(records)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
+    out: dict[tuple[str, int], int | None] = {}
+    for kind in [kd for kd in KINDS if any(r["kind"] == kd for r in records)]:
+        for k in sorted({r["k"] for r in records}):
+            ok = [r["depth"] for r in records if r["kind"] == kind and r["k"] == k and r["error"] <= threshold]
+            out[kind, k] = min(ok) if ok else None
+    return out
+
+
+def solved_up_to(records: Sequence[dict[str, Any]], kind: str, depth: int, threshold: float) -> int:
+    """Largest K such that the (kind, depth) model has error <= threshold for every k in 1..K (0 if not k=1)."""
+    _check_records(records)
+    errs = {r["k"]: r["error"] for r in records if r["kind"] == kind and r["depth"] == depth}
+    if not errs:
+        raise ValueError(f"no records for kind={kind!r}, depth={depth}")
+    best = 0
+    for k in sorted(kk for kk in errs if kk >= 1):
+        if errs[k] > threshold:
+            break
+        best = k
+    return best

@@ -1,0 +1,293 @@
+"""Tests for hoplib.cot: the chain-of-thought format, decoding, training and evaluation (Def. 5.5, Cor. 5.6)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoplib.cot import (
+    CHAINS,
+    CotConstruction,
+    CotTask,
+    chain_length,
+    cot_errors,
+    cot_model,
+    cot_protocol_bits,
+    greedy_decode,
+    hops_listed,
+    lookups_per_token,
+    reference_greedy_decode,
+    simulate_cot_protocol,
+    train_cot,
+)
+from hoplib.tasks import find_k, hop_reference
+
+
+def _expected_chain(task: CotTask, letters: np.ndarray, k: int) -> list[str]:
+    """The chain written out by hand from hop_reference and find_k, as readable tokens."""
+    out = []
+    for j in hops_listed(k, task.chain):
+        p = int(find_k(letters, j)[-1])
+        a = hop_reference(letters, j)[-1]
+        if p < 0:
+            out.append("~")
+            if j < k:
+                out.append("~")
+            continue
+        out.append(f"@{p}")
+        if j < k:
+            out.append(f"({p},{chr(ord('a') + a)})")
+    return out
+
+
+@pytest.mark.parametrize("chain", CHAINS)
+def test_chain_is_the_sequence_of_find_and_hop_values(chain: str) -> None:
+    task = CotTask(seq_len=16, alphabet_size=3, max_hops=5, min_hops=0, chain=chain)
+    batch = task.sample(300, seed=3)
+    for i in range(300):
+        k = int(batch.ks[i])
+        letters = (batch.prompt[i, 1:] - task.vocab.first_letter).numpy()
+        n = int(batch.chain_len[i])
+        assert n == chain_length(k, chain)
+        assert task.decode(batch.chain[i, :n]) == _expected_chain(task, letters, k)
+        assert all(t == "_" for t in task.decode(batch.chain[i, n:]))
+        ans = hop_reference(letters, k)[-1]
+        assert task.token_str(batch.answer[i]) == ("~" if ans < 0 else chr(ord("a") + ans))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=3, max_size=14), st.integers(1, 6))
+def test_full_chain_matches_reference_on_any_letters(seq: list[int], k: int) -> None:
+    task = CotTask(seq_len=len(seq) + 2, alphabet_size=4, max_hops=6, chain="full")
+    letters = torch.tensor([seq])
+    batch = task.from_letters(letters, torch.tensor([k]))
+    got = task.decode(batch.chain[0, :int(batch.chain_len[0])])
+    assert got == _expected_chain(task, np.array(seq), k)
+    assert len(got) == 2 * k - 1
+
+
+def test_chain_lengths_are_zero_half_and_linear() -> None:
+    for k in range(1, 12):
+        assert chain_length(k, "none") == 0
+        assert chain_length(k, "half") == 2 * math.ceil(k / 2) - 1
+        assert chain_length(k, "full") == 2 * k - 1
+        assert hops_listed(k, "full") == list(range(1, k + 1))
+        half = hops_listed(k, "half")
+        assert half[0] in (1, 2) and half == list(range(half[0], k + 1, 2)) and half[-1] == k
+    assert all(chain_length(0, c) == 0 for c in CHAINS)
+
+
+def test_lookups_per_token_add_up_to_2k_and_only_full_needs_one_per_token() -> None:
+    for k in range(1, 10):
+        for chain in CHAINS:
+            look = lookups_per_token(k, chain)
+            assert len(look) == chain_length(k, chain) + 1
+            assert sum(look) == 2 * k
+        assert lookups_per_token(k, "full") == [1] * (2 * k)
+        assert lookups_per_token(k, "none") == [2 * k]
+        if k >= 2:
+            assert max(lookups_per_token(k, "half")) == 3
+    assert lookups_per_token(0, "full") == [0]
+
+
+def test_teacher_forcing_targets_are_chain_then_answer_only() -> None:
+    task = CotTask(seq_len=12, alphabet_size=4, max_hops=4, chain="full")
+    batch = task.sample(50, seed=1)
+    x, y = batch.sequences()
+    t0 = task.prompt_length
+    assert x.shape == y.shape == (50, task.n_positions)
+    assert torch.equal(x[:, :t0], batch.prompt)
+    for i in range(50):
+        n = int(batch.chain_len[i])
+        kept = y[i][y[i] != -100]
+        assert kept.tolist() == batch.chain[i, :n].tolist() + [int(batch.answer[i])]
+        assert (y[i, :t0 - 1] == -100).all()
+        # the input after the prompt is the chain itself (teacher forcing)
+        assert x[i, t0:t0 + n].tolist() == batch.chain[i, :n].tolist()
+
+
+def test_sampling_is_seeded_and_k_fixed_when_asked() -> None:
+    task = CotTask(seq_len=12, alphabet_size=4, max_hops=4, chain="half")
+    a, b = task.sample(20, seed=5), task.sample(20, seed=5)
+    assert torch.equal(a.prompt, b.prompt) and torch.equal(a.chain, b.chain)
+    c = task.sample(20, k=3, seed=5)
+    assert (c.ks == 3).all() and (c.prompt[:, 0] == 3).all()
+
+
+def test_greedy_decode_equals_reference_loop() -> None:
+    torch.manual_seed(0)
+    task = CotTask(seq_len=10, alphabet_size=3, max_hops=3, chain="full")
+    model = cot_model(task, d_model=32, heads=2)
+    batch = task.sample(6, k=3, seed=2)
+    got = greedy_decode(model, batch.prompt, 5)
+    assert got.shape == (6, 5)
+    for i in range(6):
+        assert got[i].tolist() == reference_greedy_decode(model, batch.prompt[i].tolist(), 5)
+
+
+class _Oracle(torch.nn.Module):
+    """A 'model' that reads the task from the prompt and emits the correct next token (or always ⊥)."""
+
+    def __init__(self, task: CotTask, wrong: bool = False):
+        super().__init__()
+        self.task, self.wrong = task, wrong
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        t0 = self.task.prompt_length
+        ks = ids[:, 0]
+        batch = self.task.from_letters(ids[:, 1:t0] - self.task.vocab.first_letter, ks)
+        seq, _ = batch.sequences()
+        full = torch.cat([seq, batch.answer[:, None]], dim=1)
+        nxt = full[:, ids.shape[1]]  # only the last position matters for greedy decoding
+        if self.wrong:
+            nxt = torch.full_like(nxt, self.task.vocab.no_answer)
+        logits = torch.zeros(ids.shape[0], ids.shape[1], self.task.vocab_size)
+        logits[torch.arange(ids.shape[0]), -1, nxt] = 1.0
+        return logits
+
+
+def test_cot_errors_scores_a_correct_decoder_zero_and_a_wrong_one_one() -> None:
+    task = CotTask(seq_len=12, alphabet_size=4, max_hops=3, chain="full")
+    good = cot_errors(_Oracle(task), task, n_samples=40, device="cpu")
+    assert set(good) == {1, 2, 3}
+    assert all(r["error"] == 0.0 and r["chain_exact"] == 1.0 for r in good.values())
+    bad = cot_errors(_Oracle(task, wrong=True), task, n_samples=40, device="cpu")
+    assert all(r["error"] == 1.0 for r in bad.values())
+    assert [good[k]["n_cot"] for k in (1, 2, 3)] == [1, 3, 5]
+
+
+def test_training_learns_the_trivial_case_and_is_deterministic() -> None:
+    # k = 0: the answer is the last letter of the prompt, which one attention layer copies.
+    task = CotTask(seq_len=8, alphabet_size=3, max_hops=0, min_hops=0, chain="full")
+    losses = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = cot_model(task, d_model=32, heads=2)
+        hist = train_cot(model, task, steps=150, batch_size=32, lr=1e-2, warmup_steps=10, device="cpu",
+                         progress=False)
+        losses.append(hist["loss"])
+    assert losses[0] == losses[1]
+    assert losses[0][-1] < 0.1 < losses[0][0]
+    assert cot_errors(model, task, n_samples=100, device="cpu")[0]["error"] == 0.0
+
+
+@pytest.mark.slow
+def test_one_layer_learns_hop_k_with_the_full_pointer_chain() -> None:
+    task = CotTask(seq_len=12, alphabet_size=4, max_hops=3, min_hops=1, chain="full")
+    torch.manual_seed(0)
+    model = cot_model(task, d_model=64, heads=4)
+    train_cot(model, task, steps=600, batch_size=64, lr=3e-3, warmup_steps=50, device="cpu", progress=False)
+    errs = cot_errors(model, task, n_samples=200, device="cpu")
+    assert errs[1]["error"] <= 0.02 and errs[1]["chain_exact"] >= 0.98
+    assert all(e["error"] <= 0.1 for e in errs.values())
+
+
+def test_construction_decodes_every_chain_and_answer_exactly() -> None:
+    task = CotTask(seq_len=40, alphabet_size=4, max_hops=6, min_hops=0, chain="full")
+    model = CotConstruction(task, coldness=30.0)
+    errs = cot_errors(model, task, n_samples=150, seed=4, device="cpu")
+    assert all(r["error"] == 0.0 and r["chain_exact"] == 1.0 for r in errs.values())
+    assert sum(r["n_answered"] for r in errs.values()) > 800
+
+
+def test_construction_attends_to_one_key_per_head_and_fails_when_warm() -> None:
+    task = CotTask(seq_len=16, alphabet_size=3, max_hops=3, min_hops=1, chain="full")
+    model = CotConstruction(task, coldness=30.0)
+    batch = task.sample(20, k=3, seed=0)
+    x, _ = batch.sequences()
+    att = model.heads(x)
+    t0 = task.prompt_length
+    # the search row of the last input letter peaks on find(N-1) (sequence position = find value), or on 0 (⊥)
+    first = batch.chain[:, 0] - task.ptr_base
+    peak = att["search"][:, t0 - 1].argmax(dim=-1)
+    assert torch.equal(peak, torch.where(batch.chain[:, 0] == task.vocab.no_answer, 0, first))
+    assert (att["search"][:, t0 - 1].max(dim=-1).values > 1 - 1e-9).all()
+    warm = CotConstruction(task, coldness=0.5)
+    assert cot_errors(warm, task, n_samples=100, device="cpu")[3]["error"] > 0.2
+    with pytest.raises(ValueError, match="chain"):
+        CotConstruction(CotTask(seq_len=10, chain="half"))
+    with pytest.raises(ValueError, match="coldness"):
+        CotConstruction(task, coldness=0.0)
+
+
+@pytest.mark.parametrize("players", [1, 2, 5])
+def test_protocol_outputs_equal_greedy_decoding_and_bits_equal_formula(players: int) -> None:
+    from hoplib.pointer_chasing import Blackboard
+
+    torch.manual_seed(1)
+    task = CotTask(seq_len=16, alphabet_size=4, max_hops=3, chain="full")
+    model = cot_model(task, d_model=32, heads=4)
+    batch = task.sample(4, k=3, seed=7)
+    n_new = chain_length(3, "full") + 1
+    gen = greedy_decode(model, batch.prompt, n_new)
+    for i in range(4):
+        board = Blackboard(players)
+        toks, logits, bits = simulate_cot_protocol(model, batch.prompt[i], n_new, players, blackboard=board)
+        assert toks == gen[i].tolist()
+        full = torch.cat([batch.prompt[i], gen[i, :-1]])[None]
+        assert torch.allclose(logits, model(full)[0, -1].detach(), atol=1e-5)
+        assert bits == board.total_bits == cot_protocol_bits(n_new, players, 32, 4, task.vocab_size)
+        assert board.rounds == n_new
+        if players > 1:
+            assert board.max_message_bits == 32 * (32 + 2 * 4)
+    with pytest.raises(ValueError, match="depth"):
+        simulate_cot_protocol(cot_model(task, d_model=16, heads=2, depth=2), batch.prompt[0], 2, 2)
+
+
+def test_inputs_are_validated() -> None:
+    with pytest.raises(ValueError, match="chain"):
+        CotTask(chain="quarter")
+    with pytest.raises(TypeError, match="chain"):
+        hops_listed(2, 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="k"):
+        chain_length(-1, "full")
+    task = CotTask(seq_len=10, alphabet_size=3, max_hops=3)
+    with pytest.raises(ValueError, match="k"):
+        task.sample(4, k=7)
+    with pytest.raises(ValueError, match="batch_size"):
+        task.sample(0)
+    with pytest.raises(TypeError, match="task"):
+        cot_model("task")  # type: ignore[arg-type]
+    model = cot_model(task, d_model=16, heads=2)
+    with pytest.raises(ValueError, match="steps"):
+        train_cot(model, task, steps=0, device="cpu", progress=False)
+    with pytest.raises(ValueError, match="lr"):
+        train_cot(model, task, steps=1, lr=-1.0, device="cpu", progress=False)
+    with pytest.raises(TypeError, match="model"):
+        cot_errors(object(), task)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_new"):
+        greedy_decode(model, task.sample(2).prompt, -1)
+    with pytest.raises(ValueError, match="token"):
+        task.token_str(task.vocab_size)
+
+
+def test_exercise_checkers_accept_the_reference_and_reject_a_letter_only_chain() -> None:
+    from hoplib.exercises.beyond_cot import check_full_chain, check_lookups
+    from hoplib.tasks import find
+
+    def good_chain(letters: list[int], k: int) -> list[str]:
+        x = np.array(letters)
+        f = find(x).tolist()
+        out, p = [], len(letters) - 1
+        for j in range(1, k + 1):
+            p = f[p] if p >= 0 else -1
+            out.append(f"@{p}" if p >= 0 else "~")
+            if j < k:
+                out.append(f"({p},{chr(97 + letters[p])})" if p >= 0 else "~")
+        out.append(chr(97 + letters[p]) if p >= 0 else "~")
+        return out
+
+    def letters_only(letters: list[int], k: int) -> list[str]:
+        h = [hop_reference(letters, j)[-1] for j in range(1, k + 1)]
+        return ["~" if a < 0 else chr(97 + a) for a in h] or [chr(97 + letters[-1])]
+
+    assert check_full_chain(good_chain).passed
+    assert not check_full_chain(letters_only).passed
+    assert check_lookups(lookups_per_token).passed
+    assert not check_lookups(lambda k, chain: [1] * (chain_length(k, chain) + 1)).passed

@@ -1,0 +1,178 @@
+"""Tests of hoplib.efficient: the kernel and Longformer reductions (Cor. 5.3, 5.4) and the experiment helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoplib import attention as attn
+from hoplib import efficient as eff
+from hoplib import pointer_chasing as pc
+from hoplib.models import GPT, GPTConfig, gpt_for_task
+from hoplib.tasks import HopTask
+
+
+def _gpt(kind: str, n: int, vocab: int, seed: int = 0, **kw) -> GPT:
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=vocab, n_positions=n, depth=kw.pop("depth", 2), d_model=kw.pop("d_model", 16),
+                    heads=kw.pop("heads", 2), attention=kind, **kw)
+    return GPT(cfg).eval()
+
+
+def test_float_bits_round_trip_is_exact():
+    t = torch.randn(3, 5) * 1e3
+    t[0, 0] = float("inf")
+    bits = eff.floats_to_bits(t)
+    assert len(bits) == 32 * 15 and set(bits) <= {0, 1}
+    assert torch.equal(eff.bits_to_floats(bits, (3, 5)), t)
+    with pytest.raises(ValueError, match="bits"):
+        eff.bits_to_floats(bits[:-32], (3, 5))
+
+
+@pytest.mark.parametrize("k, q", [(1, 3), (2, 3), (3, 4), (4, 2)])
+def test_kernel_protocol_output_equals_forward_pass_and_bits_match_formula(k, q):
+    inst = pc.random_instance(k, q, seed=k)
+    x, _ = pc.to_hop_sequence(inst)
+    model = _gpt("performer", len(x), inst.alphabet_size, seed=k, n_features=12)
+    board = pc.Blackboard(k)
+    out, bits = eff.simulate_kernel_protocol(model, x, k, blackboard=board)
+    direct = model(torch.from_numpy(x)[None])[0, -1]
+    assert (out - direct).abs().max().item() < 1e-5
+    assert bits == board.total_bits == eff.kernel_protocol_bits(2, k, 2, 8, 12, model.num_classes)
+    assert board.rounds == 2
+    # Every message except the output is the same size, independent of N.
+    sizes = {len(p.bits) for p in board.posts if p.player > 1}
+    assert sizes <= {eff.kernel_message_bits(2, 8, 12)}
+
+
+@pytest.mark.parametrize("num_players", [1, 2, 5, 13])
+def test_kernel_protocol_works_for_any_number_of_players(num_players):
+    gen = np.random.default_rng(num_players)
+    x = gen.integers(0, 9, size=13)
+    model = _gpt("performer", 13, 9, seed=1, n_features=8, depth=3)
+    out, bits = eff.simulate_kernel_protocol(model, x, num_players)
+    assert torch.allclose(out, model(torch.from_numpy(x)[None])[0, -1], atol=1e-5)
+    assert bits == eff.kernel_protocol_bits(3, num_players, 2, 8, 8, model.num_classes)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 24), p=st.integers(1, 6), w=st.integers(0, 10), g=st.one_of(st.none(), st.integers(1, 7)),
+       seed=st.integers(0, 1000))
+def test_longformer_protocol_output_equals_forward_pass_and_bits_match_formula(n, p, w, g, seed):
+    p = min(p, n)
+    x = np.random.default_rng(seed).integers(0, 7, size=n)
+    model = _gpt("longformer", n, 7, seed=seed, window=w, global_every=g)
+    out, bits = eff.simulate_longformer_protocol(model, x, p)
+    direct = model(torch.from_numpy(x)[None])[0, -1]
+    assert (out - direct).abs().max().item() < 1e-5
+    assert bits == eff.longformer_protocol_bits(n, p, 2, 16, w, g, model.num_classes)
+
+
+def test_longformer_posts_only_positions_that_a_later_query_attends():
+    n, p, w, g = 23, 5, 3, 4
+    mask = attn.longformer_mask(n, w, g)
+    starts = np.concatenate([[0], np.cumsum(pc.block_sizes(n, p))])
+    posts = eff.posted_positions(n, p, w, g)
+    for j, positions in posts.items():
+        end = starts[p - j + 1]
+        for t in positions:
+            assert mask[end:, t].any(), f"P_{j} posts position {t}, which no later query attends"
+        # And everything a later query attends in this block was posted.
+        needed = {t for t in range(starts[p - j], end) if mask[end:, t].any()}
+        assert needed == set(positions)
+
+
+def test_longformer_protocol_fails_if_a_needed_token_is_withheld(monkeypatch):
+    inst = pc.random_instance(3, 4, seed=0)
+    x, _ = pc.to_hop_sequence(inst)
+    model = _gpt("longformer", len(x), inst.alphabet_size, seed=2, window=2, global_every=5)
+    direct = model(torch.from_numpy(x)[None])[0, -1]
+    real = eff.posted_positions
+
+    def fewer(*args):
+        posts = real(*args)
+        posts[2] = posts[2][:-1]  # P_2 withholds its last token
+        return posts
+
+    monkeypatch.setattr(eff, "posted_positions", fewer)
+    out, _ = eff.simulate_longformer_protocol(model, x, 3)
+    assert (out - direct).abs().max().item() > 1e-4
+
+
+def test_reduction_records_on_prop_e4_inputs():
+    for kind, kw in (("performer", {"n_features": 8}), ("longformer", {"window": 3, "global_every": 6})):
+        r = eff.reduction_record(kind, 3, 4, depth=2, d_model=16, heads=2, **kw)
+        assert r["N"] == 25 and r["bits"] == r["formula_bits"] and r["max_abs_diff"] < 1e-5
+        assert r["N/k^6"] == pc.lower_bound_scale(25, 3)
+    r = eff.reduction_record("performer", 2, 3, depth=1, d_model=16, heads=4, n_features=5)
+    assert r["paper_scale"] == 16 * 5 * 4 * 32
+
+
+def test_protocols_validate_their_inputs():
+    model = _gpt("performer", 10, 5, n_features=4)
+    x = np.arange(5)
+    with pytest.raises(ValueError, match="longformer"):
+        eff.simulate_longformer_protocol(model, x, 2)
+    with pytest.raises(ValueError, match="num_players"):
+        eff.simulate_kernel_protocol(model, x, 6)
+    with pytest.raises(TypeError, match="x"):
+        eff.simulate_kernel_protocol(model, x.astype(float), 2)
+    with pytest.raises(ValueError, match="ids"):
+        eff.simulate_kernel_protocol(model, np.array([0, 9]), 2)
+    with pytest.raises(ValueError, match="eval"):
+        eff.simulate_kernel_protocol(model.train(), x, 2)
+    with pytest.raises(TypeError, match="GPT"):
+        eff.simulate_kernel_protocol(torch.nn.Linear(2, 2), x, 2)
+
+
+def test_paper_scales():
+    assert eff.kernel_paper_scale(8, 4, 2) == 8 * 4 * 2 * 32
+    assert eff.longformer_paper_scale(100, 2, 5, 10, 8, 2) == pytest.approx((5 + 100 / 20) * 8 * 2 * 32)
+    assert eff.longformer_paper_scale(100, 2, 5, None, 8, 2) == 5 * 8 * 2 * 32
+
+
+def test_favor_error_records_decrease_with_features():
+    recs = eff.favor_error([8, 512], n_draws=2)
+    mean = {m: np.mean([r["weight_error"] for r in recs if r["n_features"] == m]) for m in (8, 512)}
+    assert mean[512] < mean[8]
+    fig = eff.plot_favor_error(recs)
+    assert len(fig.axes) == 1
+    assert eff.favor_slope(recs) < 0
+
+
+def test_attention_sweep_records_and_summaries():
+    task = HopTask(seq_len=10, max_hops=2)
+    recs = eff.attention_sweep(task, depths=[1], d_model=16, heads=2, n_features=8, window=2, global_every=4,
+                               steps=3, warmup_steps=1, n_samples=4, device="cpu", progress=False)
+    assert {r["kind"] for r in recs} == set(eff.KINDS) and len(recs) == 3 * 3
+    assert all(0 <= r["error"] <= 1 for r in recs)
+    need = eff.depth_needed(recs, 1.0)
+    assert all(need[kind, k] == 1 for kind in eff.KINDS for k in range(3))
+    assert "performer L=1" in eff.error_table(recs)
+    assert len(eff.plot_attention_sweep(recs, "t").axes) == 3
+    fake = [{"kind": "softmax", "depth": 2, "k": k, "error": e} for k, e in enumerate([0.0, 0.01, 0.02, 0.5, 0.0])]
+    assert eff.solved_up_to(fake, "softmax", 2, 0.05) == 2
+    with pytest.raises(ValueError, match="threshold"):
+        eff.depth_needed(recs, 2.0)
+    with pytest.raises(ValueError, match="kinds"):
+        eff.attention_sweep(task, kinds=["rnn"], steps=1)
+
+
+def test_gpt_for_task_forwards_attention_settings():
+    task = HopTask(seq_len=10, max_hops=2)
+    m = gpt_for_task(task, depth=1, d_model=16, heads=2, attention="longformer", window=1, global_every=3)
+    assert (m.config.window, m.config.global_every) == (1, 3)
+
+
+def test_exercise_checkers_accept_right_and_reject_wrong_answers():
+    from hoplib.exercises import beyond_eff as ex
+
+    assert ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w, g)).passed
+    assert not ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w + 1, g)).passed
+    assert not ex.check_longformer_mask(lambda n, w, g: np.ones((n, n))).passed
+    right = ex.check_longformer_bits(lambda n, p, L, m, w, g: eff.longformer_protocol_bits(n, p, L, m, w, g, 2) - 1)
+    assert right.passed
+    assert not ex.check_longformer_bits(lambda n, p, L, m, w, g: L * 32 * m * (p - 1) * w).passed

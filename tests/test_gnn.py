@@ -1,0 +1,329 @@
+"""Tests for hoplib.graphs (instances, serialisation) and hoplib.gnn (locality, exact GNN, log-depth side)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hoplib.gnn import (
+    AGGREGATIONS,
+    MessagePassingGNN,
+    aggregate,
+    ball,
+    doubling_connectivity,
+    doubling_rounds_vs_diameter,
+    exact_gnn_depth_vs_diameter,
+    exact_reachability_gnn,
+    gnn_accuracy_bound,
+    loukas_depth_scale,
+    move_source_to_other_component,
+    mpc_connectivity_rounds,
+    perturb_outside_ball,
+    plot_depth_vs_diameter,
+    plot_learned,
+    smallest_depth,
+    train_gnn,
+    train_transformer,
+)
+from hoplib.gnn import depth_sweep as gnn_depth_sweep
+from hoplib.graphs import (
+    FAMILIES,
+    bfs_distances,
+    component_size,
+    min_diameter,
+    node_features,
+    parse_serialised,
+    sample_graphs,
+    serialise,
+    vocab_size,
+)
+
+family_and_d = st.sampled_from(FAMILIES).flatmap(lambda f: st.tuples(st.just(f), st.integers(min_diameter(f), 9)))
+
+
+# --------------------------------------------------------------------------- instances
+@settings(max_examples=25, deadline=None)
+@given(fd=family_and_d, seed=st.integers(0, 10_000))
+def test_instances_are_two_components_of_diameter_d_with_labels_matching_networkx(fd, seed):
+    family, d = fd
+    g = sample_graphs(family, d, 6, seed=seed)
+    assert g.num_nodes == 2 * component_size(family, d)
+    for i in range(g.batch_size):
+        graph = g.to_networkx(i)
+        comps = list(nx.connected_components(graph))
+        assert len(comps) == 2
+        assert all(nx.diameter(graph.subgraph(c)) == d for c in comps)
+        if family == "tree":
+            assert nx.is_forest(graph)
+        if family == "cycle":
+            assert all(deg == 2 for _, deg in graph.degree())
+        s, t = int(g.s[i]), int(g.t[i])
+        assert nx.has_path(graph, s, t) == bool(g.y[i])
+        if g.y[i]:
+            assert nx.shortest_path_length(graph, s, t) == d
+
+
+def test_both_classes_have_the_same_degree_sequence():
+    for family in FAMILIES:
+        g = sample_graphs(family, 5, 200, seed=1)
+        degs = {tuple(sorted(d for _, d in g.to_networkx(i).degree())) for i in range(g.batch_size)
+                if family != "tree"}
+        assert len(degs) <= 1  # paths and cycles: one shape for both labels
+        assert 0.35 < g.y.float().mean() < 0.65
+
+
+def test_sample_graphs_is_reproducible_and_validates():
+    a, b = sample_graphs("tree", 4, 8, seed=3), sample_graphs("tree", 4, 8, seed=3)
+    assert torch.equal(a.edges, b.edges) and torch.equal(a.t, b.t)
+    assert not torch.equal(a.edges, sample_graphs("tree", 4, 8, seed=4).edges)
+    with pytest.raises(ValueError, match="family"):
+        sample_graphs("star", 4, 8)
+    with pytest.raises(ValueError, match="diameter"):
+        sample_graphs("cycle", 1, 8)
+    with pytest.raises(TypeError, match="batch_size"):
+        sample_graphs("path", 3, 2.0)
+    with pytest.raises(ValueError, match="p_connected"):
+        sample_graphs("path", 3, 2, p_connected=1.5)
+
+
+def test_bfs_distances_match_networkx():
+    g = sample_graphs("tree", 6, 10, seed=5)
+    d = bfs_distances(g.edges, g.num_nodes, g.t)
+    for i in range(g.batch_size):
+        ref = nx.single_source_shortest_path_length(g.to_networkx(i), int(g.t[i]))
+        assert d[i].tolist() == [ref.get(v, -1) for v in range(g.num_nodes)]
+
+
+def test_serialise_format_and_round_trip():
+    g = sample_graphs("cycle", 3, 4, seed=0)
+    ids = serialise(g, n_ids=30)
+    n = 30
+    assert ids.shape == (4, 3 * g.num_edges + 4)
+    assert bool((ids[:, 0] == n + 1).all()) and bool((ids[:, -1] == n + 2).all())
+    assert bool((ids[:, 3:-1:3] == n).all())
+    assert int(ids.max()) < vocab_size(n)
+    edges, s, t = parse_serialised(ids, n)
+    assert torch.equal(edges, g.edges) and torch.equal(s, g.s) and torch.equal(t, g.t)
+    with pytest.raises(ValueError, match="n_ids"):
+        serialise(g, n_ids=3)
+    with pytest.raises(ValueError, match="QRY"):
+        parse_serialised(ids.roll(1, 1), n)
+
+
+def test_serialise_with_marks_marks_every_occurrence_of_s_and_t():
+    g = sample_graphs("path", 4, 6, seed=1)
+    n = g.num_nodes
+    ids = serialise(g, marks=True)
+    assert int(ids.max()) < vocab_size(n, marks=True) and vocab_size(n, marks=True) == 3 * n + 3
+    edges, s, t = parse_serialised(ids, n, marks=True)
+    assert torch.equal(edges, g.edges) and torch.equal(s, g.s) and torch.equal(t, g.t)
+    node_tokens = ids[:, 3:-1].reshape(6, -1, 3)[:, :, 1:]
+    assert torch.equal(node_tokens // n == 1, g.edges == g.s[:, None, None])
+    assert torch.equal(node_tokens // n == 2, g.edges == g.t[:, None, None])
+
+
+def test_node_features_marks_s_and_t():
+    g = sample_graphs("path", 3, 5, seed=2)
+    x = node_features(g, 3, seed=1)
+    assert x.shape == (5, g.num_nodes, 5)
+    assert torch.equal(x[:, :, 0].argmax(1), g.s) and torch.equal(x[:, :, 1].argmax(1), g.t)
+    assert x[:, :, :2].sum().item() == 10
+
+
+# --------------------------------------------------------------------------- the GNN and locality
+def test_aggregate_matches_a_loop_over_neighbours():
+    g = sample_graphs("tree", 4, 3, seed=0)
+    h = torch.randn(3, g.num_nodes, 5, dtype=torch.float64)
+    for how in AGGREGATIONS:
+        out = aggregate(h, g.edges, how)
+        for i in range(3):
+            graph = g.to_networkx(i)
+            for v in range(g.num_nodes):
+                nb = torch.stack([h[i, u] for u in graph.neighbors(v)])
+                ref = {"sum": nb.sum(0), "mean": nb.mean(0), "max": nb.max(0).values}[how]
+                assert torch.allclose(out[i, v], ref)
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gnn_output_depends_only_on_the_l_hop_ball(family, aggregation):
+    """Locality (behind Theorem 5.1): changing features and edges outside t's L-ball leaves the output at t
+    bit-identical; changing them outside the (L-1)-ball does change it."""
+    g = sample_graphs(family, 5, 32, seed=7)
+    x = node_features(g, 4, seed=1).double()
+    for depth in (1, 2, 4):
+        torch.manual_seed(depth)
+        model = MessagePassingGNN(6, 8, depth, aggregation=aggregation).double()
+        with torch.no_grad():
+            out = model(x, g.edges, g.t)
+            e2, x2 = perturb_outside_ball(g, x, g.t, depth, seed=3)
+            assert (e2 != g.edges).any()  # the perturbation really rewires edges
+            assert torch.equal(model(x2, e2, g.t), out)
+            e3, x3 = perturb_outside_ball(g, x, g.t, depth - 1, seed=3)
+            assert (model(x3, e3, g.t) - out).abs().max() > 1e-9
+
+
+def test_perturbation_keeps_the_ball():
+    g = sample_graphs("tree", 6, 16, seed=2)
+    x = node_features(g)
+    e2, _ = perturb_outside_ball(g, x, g.t, 3, seed=0)
+    g2 = type(g)(e2, g.s, g.t, g.y, g.num_nodes, g.family, g.diameter)
+    d1 = bfs_distances(g.edges, g.num_nodes, g.t)
+    d2 = bfs_distances(e2, g.num_nodes, g.t)
+    inside = ball(g, g.t, 3)
+    assert torch.equal(inside, ball(g2, g.t, 3))
+    assert torch.equal(d1[inside], d2[inside])
+
+
+def test_moving_s_outside_the_ball_fools_every_shallow_gnn():
+    """The pairing argument: for L < D, a connected instance and the same graph with s moved to the other
+    component give the same output at t, so the GNN is wrong on one of them."""
+    g = sample_graphs("path", 6, 64, seed=1, p_connected=1.0)
+    g0 = move_source_to_other_component(g)
+    assert not bool(g0.y.any())
+    for depth in range(6):
+        torch.manual_seed(depth)
+        model = MessagePassingGNN(6, 8, depth).double()
+        with torch.no_grad():
+            a = model(node_features(g, 4, seed=0).double(), g.edges, g.t)
+            b = model(node_features(g0, 4, seed=0).double(), g0.edges, g0.t)
+        assert torch.equal(a, b)
+    model = exact_reachability_gnn(6)
+    a = model(node_features(g), g.edges, g.t).argmax(-1)
+    b = model(node_features(g0), g0.edges, g0.t).argmax(-1)
+    assert bool((a == 1).all()) and bool((b == 0).all())
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_exact_gnn_needs_exactly_d_layers(family, aggregation):
+    for d in (2, 3, 6):
+        g = sample_graphs(family, d, 128, seed=d)
+        x = node_features(g)
+        with torch.no_grad():
+            pred_d = exact_reachability_gnn(d, aggregation)(x, g.edges, g.t).argmax(-1)
+            pred_short = exact_reachability_gnn(d - 1, aggregation)(x, g.edges, g.t).argmax(-1)
+        assert torch.equal(pred_d, g.y)
+        assert bool((pred_short == 0).all())  # every connected instance is missed
+        acc_short = float((pred_short == g.y).float().mean())
+        assert acc_short <= gnn_accuracy_bound(d, d - 1) + 0.15
+        hv = exact_reachability_gnn(d, aggregation)
+        with torch.no_grad():
+            h = hv.embed(x)
+            for layer in hv.layers:
+                h = layer(h, g.edges)
+        dist = bfs_distances(g.edges, g.num_nodes, g.s)
+        assert torch.equal(h[:, :, 0] > 0.5, (dist >= 0) & (dist <= d))
+
+
+def test_exact_gnn_depth_rows():
+    rows = exact_gnn_depth_vs_diameter("cycle", [2, 3, 5], batch_size=32)
+    assert [r["smallest_exact_depth"] for r in rows] == [2, 3, 5]
+    assert all(r["acc_at_D"] == 1.0 and r["acc_at_D_minus_1"] < 1.0 for r in rows)
+
+
+def test_accuracy_bound_and_loukas_scale():
+    assert gnn_accuracy_bound(5, 4) == 0.5 and gnn_accuracy_bound(5, 5) == 1.0
+    assert gnn_accuracy_bound(5, 2, 0.7) == pytest.approx(0.7)
+    assert loukas_depth_scale(16, 4) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        loukas_depth_scale(0, 1)
+
+
+def test_model_validates_inputs():
+    with pytest.raises(ValueError, match="aggregation"):
+        MessagePassingGNN(2, 4, 1, aggregation="min")
+    with pytest.raises(TypeError, match="width"):
+        MessagePassingGNN(2, 4.0, 1)
+    model = MessagePassingGNN(2, 4, 1)
+    g = sample_graphs("path", 2, 2)
+    with pytest.raises(ValueError, match="x must have shape"):
+        model(torch.zeros(2, g.num_nodes, 3), g.edges)
+
+
+# --------------------------------------------------------------------------- the log-depth side
+def test_doubling_needs_ceil_log2_d_squarings_and_is_correct():
+    for family in FAMILIES:
+        ds = [2, 3, 4, 5, 8, 9, 16] if family != "path" else [1, 2, 3, 4, 5, 8, 9, 16]
+        rows = doubling_rounds_vs_diameter(family, ds, batch_size=4)
+        assert all(r["correct"] for r in rows)
+        assert [r["squarings"] for r in rows] == [math.ceil(math.log2(d)) for d in ds]
+
+
+def test_doubling_relation_is_networkx_components():
+    g = sample_graphs("tree", 5, 3, seed=9)
+    r, _ = doubling_connectivity(g.edges, g.num_nodes)
+    for i in range(3):
+        comp = {v: j for j, c in enumerate(nx.connected_components(g.to_networkx(i))) for v in c}
+        ref = np.array([[comp[u] == comp[v] for v in range(g.num_nodes)] for u in range(g.num_nodes)])
+        assert np.array_equal(r[i].numpy(), ref)
+
+
+def test_mpc_protocol_labels_components_in_few_iterations():
+    rows = mpc_connectivity_rounds("path", [2, 8, 32], memory=256)
+    assert all(r["correct"] for r in rows)
+    assert all(r["layers"] == r["rounds"] + 1 for r in rows)
+    assert rows[-1]["iterations"] < 32  # far fewer than D: hooking and jumping shortcut the path
+
+
+# --------------------------------------------------------------------------- training (small)
+def test_train_gnn_learns_d2_with_enough_depth_and_not_without():
+    deep = train_gnn("path", 2, 2, n_random=0, steps=150, width=16, eval_size=256)
+    shallow = train_gnn("path", 2, 1, n_random=0, steps=150, width=16, eval_size=256)
+    assert deep["accuracy"] > 0.95
+    assert shallow["accuracy"] < 0.62  # chance by locality (0.5 +- sampling noise)
+
+
+def test_train_transformer_runs_and_reports():
+    r = train_transformer("path", 2, 1, steps=5, d_model=16, heads=2, eval_size=64)
+    assert 0.0 <= r["accuracy"] <= 1.0 and r["model"] == "transformer"
+    rows = [r, {**r, "depth": 2, "accuracy": 1.0}]
+    assert smallest_depth(rows, "transformer", 2, 0.9) == 2
+    assert smallest_depth(rows, "gnn", 2, 0.9) is None
+    with pytest.raises(ValueError, match="depth"):
+        train_transformer("path", 2, 0, steps=1)
+
+
+def test_depth_sweep_runs_the_requested_jobs_and_plots():
+    rows = gnn_depth_sweep("cycle", [1, 2], "around", [1], tf_diameters=[2],
+                           gnn={"steps": 2, "width": 4, "eval_size": 16},
+                           transformer={"steps": 2, "d_model": 8, "heads": 2, "eval_size": 16, "marks": True})
+    assert sorted((r["model"], r["depth"]) for r in rows) == [("gnn", 1), ("gnn", 2), ("gnn", 3),
+                                                            ("transformer", 1)]  # D = 1 skipped for cycles
+    assert plot_learned(rows, 0.9) is not None
+    with pytest.raises(ValueError, match="gnn_depths"):
+        gnn_depth_sweep("path", [2], "all", [1])
+    exact = exact_gnn_depth_vs_diameter("path", [2, 3], batch_size=8)
+    dbl = doubling_rounds_vs_diameter("path", [2, 3], batch_size=2)
+    mpc = mpc_connectivity_rounds("path", [2, 3])
+    assert plot_depth_vs_diameter(exact, dbl, mpc) is not None
+    plt.close("all")
+
+
+def test_exercise_checkers_accept_right_and_reject_wrong_answers():
+    from hoplib.exercises.beyond_gnn import check_reach_layer, check_squarings
+
+    def layer(h, edges):
+        out = h.copy()
+        for u, v in edges:
+            out[u] |= h[v]
+            out[v] |= h[u]
+        return out
+
+    def one_way(h, edges):  # forgets that edges are undirected
+        out = h.copy()
+        for u, v in edges:
+            out[v] |= h[u]
+        return out
+
+    assert check_reach_layer(layer).passed
+    assert not check_reach_layer(one_way).passed
+    assert check_squarings(lambda family, d: math.ceil(math.log2(d))).passed
+    assert not check_squarings(lambda family, d: math.floor(math.log2(d))).passed
