@@ -241,18 +241,8 @@ class CotTask:
     def sample(self, batch_size: int, k: int | None = None, seed: int | None = None,
                device: str | torch.device | None = None) -> CotBatch:
         """Draw a batch: letters as in :meth:`HopTask.letters`, k uniform (or fixed), on ``device`` (CPU if None)."""
-        t = self.hop_task
-        batch_size = check_int("batch_size", batch_size, low=1)
-        dev = torch.device("cpu") if device is None else torch.device(device)
-        gen = None
-        if seed is not None:
-            gen = torch.Generator(device=dev).manual_seed(check_int("seed", seed, low=0, high=2**32 - 1))
-        if k is None:
-            ks = torch.randint(t.min_hops, t.max_hops + 1, (batch_size,), generator=gen, device=dev)
-        else:
-            k = check_int("k", k, low=t.min_hops, high=t.max_hops)
-            ks = torch.full((batch_size,), k, dtype=torch.long, device=dev)
-        return self.from_letters(t.letters(batch_size, gen, dev), ks)
+        letters, ks = self.hop_task.draw(batch_size, k, seed, device)
+        return self.from_letters(letters, ks)
 
     def token_str(self, token: int) -> str:
         """Readable token: k-tokens '0'.., letters 'a'.., ⊥ '~', blank '_', pointers '@p', pairs '(p,a)'."""

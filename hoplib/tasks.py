@@ -237,9 +237,10 @@ class HopTask:
         steps = torch.randint(1, self.alphabet_size, (batch_size, n - 1), generator=generator, device=device)
         return torch.cat([first, steps], dim=1).cumsum(dim=1) % self.alphabet_size
 
-    def sample(self, batch_size: int, k: int | None = None, seed: int | None = None,
-               device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return ``(inputs, targets)``, LongTensors of shape (batch_size, seq_len - 1) on ``device``.
+    def draw(self, batch_size: int, k: int | None = None, seed: int | None = None,
+             device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(letters, ks)``: letters as in :meth:`letters` and hop counts, k uniform on
+        ``min_hops..max_hops`` (or the fixed ``k``), on ``device``; the random part of :meth:`sample`.
 
         ``seed`` (0 <= seed < 2**32; torch's CPU generator keeps only 32 bits of a seed, so larger seeds would
         silently repeat smaller ones) makes the draw reproducible on a given device type (CPU and CUDA streams
@@ -255,7 +256,13 @@ class HopTask:
         else:
             k = check_int("k", k, low=self.min_hops, high=self.max_hops)
             ks = torch.full((batch_size,), k, dtype=torch.long, device=dev)
-        letters = self.letters(batch_size, gen, dev)
+        return self.letters(batch_size, gen, dev), ks
+
+    def sample(self, batch_size: int, k: int | None = None, seed: int | None = None,
+               device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return ``(inputs, targets)``, LongTensors of shape (batch_size, seq_len - 1) on ``device``;
+        ``k``, ``seed`` and ``device`` as in :meth:`draw`."""
+        letters, ks = self.draw(batch_size, k, seed, device)
         answers = hop(letters, ks)
         v = self.vocab
         inputs = torch.cat([ks.unsqueeze(1), letters + v.first_letter], dim=1)
