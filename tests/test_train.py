@@ -464,9 +464,9 @@ def test_fit_compiled_on_cpu_matches_eager_and_resumes_with_plain_state_dict_key
                                                   checkpoint_every=5, **kw)
     # A resumed compiled run recompiles; inductor's CPU kernels may then round a reduction differently (seen
     # with 2 threads), so this is equality to float tolerance. Bit-identical resume is tested eager and fused.
-    assert hist["loss"] == pytest.approx(h_comp["loss"], abs=1e-6)
+    assert hist["loss"] == pytest.approx(h_comp["loss"], abs=1e-5)
     for p, q in zip(resumed.parameters(), compiled.parameters(), strict=True):
-        assert torch.allclose(p, q, atol=1e-6)
+        assert torch.allclose(p, q, atol=1e-5), (p - q).abs().max()  # seen: up to 1.3e-6
 
 
 def test_cli_fused_option_records_the_kernels_in_the_provenance(tmp_path):
