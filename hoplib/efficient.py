@@ -119,6 +119,16 @@ def _readout(model: GPT, x_last: torch.Tensor) -> torch.Tensor:
     return z if model.unembed is None else model.unembed(z)
 
 
+def _p1_output(model: GPT, x: torch.Tensor, last_round: bool, result: dict) -> tuple[int, ...] | None:
+    """P_1's post: nothing before the last round; then the argmax class of its last position's logits (which it
+    keeps in ``result["output"]``)."""
+    if not last_round:
+        return None
+    logits = _readout(model, x[0, -1])
+    result["output"] = logits
+    return pc.int_to_bits(int(logits.argmax()), _output_bits(logits.shape[-1]))
+
+
 def _embed(model: GPT, xt: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     pos = torch.arange(lo, hi, device=xt.device)
     return (model.wte(xt[lo:hi]) + model.wpe(pos)).unsqueeze(0)
@@ -173,11 +183,7 @@ def simulate_kernel_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_playe
             local["x"] = _finish_block(model, layer, local["x"], y.to(v.dtype))
             if j > 1:
                 return floats_to_bits(torch.cat([s.reshape(-1) for s in state]))
-            if r == cfg.depth:
-                logits = _readout(model, local["x"][0, -1])
-                result["output"] = logits
-                return pc.int_to_bits(int(logits.argmax()), _output_bits(logits.shape[-1]))
-            return None
+            return _p1_output(model, local["x"], r == cfg.depth, result)
         return play
 
     pc.run_protocol([make(j) for j in range(1, p + 1)], cfg.depth, blackboard=board)
@@ -302,11 +308,7 @@ def simulate_longformer_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_p
             local["x"] = _finish_block(model, layer, local["x"], y)
             if j > 1:
                 return message
-            if r == cfg.depth:
-                logits = _readout(model, local["x"][0, -1])
-                result["output"] = logits
-                return pc.int_to_bits(int(logits.argmax()), _output_bits(logits.shape[-1]))
-            return None
+            return _p1_output(model, local["x"], r == cfg.depth, result)
         return play
 
     pc.run_protocol([make(j) for j in range(1, p + 1)], cfg.depth, blackboard=board)
