@@ -18,12 +18,15 @@ Our side is ``hoplib.train.fit`` with one of three implementations (``--impl``):
 
 Steps per second are measured after a warm-up call (3 steps, which pays the one-off costs: kernel build or
 load for ``fused``, compilation for ``compiled``, allocations and lazy imports for all), for both sides, in
-alternating blocks (ours, theirs, ours, ...) so that load from other processes hits both alike; the reported
-figures are the ratio of median steps per wall-clock second (``ratio``) and of median steps per second of
-process CPU time (``ratio_cpu_time``; with one thread this is the compute time, which does not count the time
-slices that other processes on a shared machine take, so it is the steadier figure there). The one-off cost
-is reported separately: ``warmup_s`` (the first 3-step call) and, for ``fused``, the time to compile the C
-kernels into an empty cache folder.
+short alternating blocks (pairs of ours and theirs, in alternating order; default 20 pairs of 3 steps each).
+On a virtual machine the speed of the same code drifts by 10-20% over tens of seconds (the host's load, not
+ours: it shows in process CPU time too), so short paired blocks see the same conditions. Reported:
+``ratio`` (the headline: steps per second over all timed blocks, ours over theirs, i.e. their total time
+over ours for the same number of steps), ``median_pair_ratio`` and the range of the per-pair ratios, the ratio
+of median block speeds (``ratio_of_medians``), and the same in process CPU time (``ratio_cpu_time``; with one
+thread this is the compute time, without the time slices other processes take). The one-off cost is reported
+separately: ``warmup_s`` (the first 3-step call) and, for ``fused``, the time to compile the C kernels into an
+empty cache folder.
 
 Before timing, the script checks that our implementation computes the same losses as the eager model: with
 dropout 0 (deterministic) both train a copy of the same initial model for a few steps on the same batches and
@@ -166,8 +169,8 @@ def kernel_build_time() -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser()
-    p.add_argument("--blocks", type=int, default=5)
-    p.add_argument("--steps", type=int, default=15, help="training steps per block and side")
+    p.add_argument("--blocks", type=int, default=20, help="pairs of timed blocks (ours, theirs)")
+    p.add_argument("--steps", type=int, default=3, help="training steps per block and side")
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="HF GPT2Model attention")
     p.add_argument("--impl", default="fused", choices=["fused", "eager", "compiled"], help="our implementation")
     p.add_argument("--ours-dropout", type=float, default=0.1,
@@ -192,32 +195,41 @@ def main(argv: list[str] | None = None) -> dict:
     hf_steps_per_s(WARMUP_STEPS, task, a.attn, theirs)
     one_off["hf_warmup_s"] = time.perf_counter() - t0
     o, h, oc, hc = [], [], [], []
-    for _ in range(a.blocks):
-        wall, cpu = ours_steps_per_s(a.steps, task, ours, a.impl, a.ours_dropout)
-        o.append(wall)
-        oc.append(cpu)
-        wall, cpu = hf_steps_per_s(a.steps, task, a.attn, theirs)
-        h.append(wall)
-        hc.append(cpu)
+    for i in range(a.blocks):  # pair i: ours then theirs for even i, theirs then ours for odd i
+        for side in ("ours", "hf") if i % 2 == 0 else ("hf", "ours"):
+            if side == "ours":
+                wall, cpu = ours_steps_per_s(a.steps, task, ours, a.impl, a.ours_dropout)
+                o.append(wall)
+                oc.append(cpu)
+            else:
+                wall, cpu = hf_steps_per_s(a.steps, task, a.attn, theirs)
+                h.append(wall)
+                hc.append(cpu)
         print(f"block: ours {o[-1]:.3f} steps/s (CPU time {oc[-1]:.3f}), HF {h[-1]:.3f} steps/s (CPU time "
               f"{hc[-1]:.3f}), ratio {o[-1] / h[-1]:.2f} (CPU time {oc[-1] / hc[-1]:.2f})", flush=True)
     load.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
     mo, mh = statistics.median(o), statistics.median(h)
     moc, mhc = statistics.median(oc), statistics.median(hc)
+    pairs = [x / y for x, y in zip(o, h, strict=True)]
+    pairs_cpu = [x / y for x, y in zip(oc, hc, strict=True)]
+    total = sum(1 / y for y in h) / sum(1 / x for x in o)  # their time / our time, equal steps per block
+    total_cpu = sum(1 / y for y in hc) / sum(1 / x for x in oc)
     one_off["ours_one_off_s"] = max(0.0, one_off["ours_warmup_s"] - WARMUP_STEPS / mo)
     one_off["hf_one_off_s"] = max(0.0, one_off["hf_warmup_s"] - WARMUP_STEPS / mh)
-    res = {"ours_steps_per_s": mo, "hf_steps_per_s": mh, "ratio": mo / mh,
-           "block_ratios": [x / y for x, y in zip(o, h, strict=True)], "ours_blocks": o, "hf_blocks": h,
-           "ours_steps_per_cpu_s": moc, "hf_steps_per_cpu_s": mhc, "ratio_cpu_time": moc / mhc,
-           "block_ratios_cpu_time": [x / y for x, y in zip(oc, hc, strict=True)], "ours_blocks_cpu_time": oc,
-           "hf_blocks_cpu_time": hc, "load_average_1min_before_after": load,
+    res = {"ratio": total, "median_pair_ratio": statistics.median(pairs), "pair_ratio_range": [min(pairs), max(pairs)],
+           "ratio_of_medians": mo / mh, "ours_steps_per_s": len(o) / sum(1 / x for x in o),
+           "hf_steps_per_s": len(h) / sum(1 / y for y in h), "block_ratios": pairs, "ours_blocks": o, "hf_blocks": h,
+           "ratio_cpu_time": total_cpu, "median_pair_ratio_cpu_time": statistics.median(pairs_cpu),
+           "ours_steps_per_cpu_s": moc, "hf_steps_per_cpu_s": mhc, "block_ratios_cpu_time": pairs_cpu,
+           "ours_blocks_cpu_time": oc, "hf_blocks_cpu_time": hc, "load_average_1min_before_after": load,
            "one_off": one_off, "equivalence": equiv,
            "ours_parameters": count_parameters(ours["model"]), "hf_parameters": theirs["params"],
            "hf_dropout": theirs["dropout"], "ours_dropout": a.ours_dropout,
            "transformers_version": transformers.__version__, "torch_threads": torch.get_num_threads()}
     tag = f" ({a.impl})" + (f" (dropout {a.ours_dropout})" if a.ours_dropout != 0.1 else "")
-    print(f"ours{tag} {mo:.3f} steps/s vs HF GPT2Model ({a.attn}) + Python generator {mh:.3f} steps/s: "
-          f"ratio {mo / mh:.2f}x; per CPU second {moc:.3f} vs {mhc:.3f}: ratio {moc / mhc:.2f}x "
+    print(f"ours{tag} {res['ours_steps_per_s']:.3f} steps/s vs HF GPT2Model ({a.attn}) + Python generator "
+          f"{res['hf_steps_per_s']:.3f} steps/s: ratio {total:.2f}x (pairs: median {res['median_pair_ratio']:.2f}, "
+          f"range {min(pairs):.2f}-{max(pairs):.2f}); per CPU second {total_cpu:.2f}x "
           f"(threads={res['torch_threads']}, transformers {transformers.__version__}); "
           f"one-off: {', '.join(f'{k} {v:.2f}' for k, v in one_off.items())}")
     suffix = ("" if a.impl == "eager" else f"_{a.impl}") + \
@@ -227,9 +239,9 @@ def main(argv: list[str] | None = None) -> dict:
                         "HF dropout 0.1 (resid, embd, attn)",
               "blocks": a.blocks, "steps_per_block": a.steps, "hf_attn": a.attn, "ours_impl": a.impl,
               "ours_dropout": a.ours_dropout, "warmup_steps_before_timing": WARMUP_STEPS,
-              "timing": "steps/s after a warm-up call on both sides, alternating blocks, median over blocks; "
-                        "wall clock (ratio) and process CPU time (ratio_cpu_time: insensitive to time slices "
-                        "lost to other processes on a shared machine; one thread, so CPU time ~ compute time)",
+              "timing": "steps/s after a warm-up call on both sides, short alternating blocks; ratio = their total "
+                        "time / our total time for equal steps; also per-pair ratios, ratio of median block "
+                        "speeds, and process CPU time (insensitive to time slices lost to other processes)",
               "command": " ".join(["python benchmarks/bench_train.py", *(sys.argv[1:] if argv is None else argv)])}
     save_results(OUT_DIR / name, res, parameters=params, device="cpu")
     return res

@@ -2,26 +2,33 @@
 
 Training the authors' model (Section 4.2 and Appendix G of the paper: L = 6, m = 128, H = 4, batch 32,
 99 tokens, dropout 0.1) on one CPU core with the plain model spends about half of a step outside the matrix
-products: drawing dropout masks (``torch.bernoulli_``), the tanh GELU, the causal softmax of attention (the
-math path of ``scaled_dot_product_attention``, which materialises and post-processes the masked scores when
-dropout is on), broadcasting biases into the outputs of ``addmm`` and reshaping heads. This module replaces
-those pieces by a few small C loops, compiled once with the system's C compiler and loaded with
-:mod:`ctypes`, while every matrix product stays a torch (MKL) call:
+products of the linear layers: drawing dropout masks (``torch.bernoulli_``), the tanh GELU, attention (the
+math path of ``scaled_dot_product_attention``, which materialises and post-processes the full masked score
+matrix when dropout is on), broadcasting biases into the outputs of ``addmm`` and reshaping heads. This module
+replaces those pieces by small C loops, compiled once with the system's C compiler and loaded with
+:mod:`ctypes`, while the products of the linear layers stay torch (MKL) calls:
 
 * dropout and "residual + dropout" with masks from a counter-based hash (two rounds of the ``lowbias32``
   integer hash of the element index, keyed by a 64-bit seed drawn from torch's global generator): each
   element is kept with probability 1 - p (to 2^-32) and scaled by 1/(1 - p), exactly the distribution of
   ``torch.nn.functional.dropout``; the backward pass recomputes the mask from the seed instead of storing it;
-* GELU with the tanh approximation (HF's ``gelu_new``), forward and backward in one pass each;
-* causal softmax of the scaled scores, fused with attention dropout (forward), and its backward;
+* GELU with the tanh approximation (HF's ``gelu_new``); the backward pass recomputes the sigmoid rather than
+  reading a stored copy (the pass is bound by memory traffic, not arithmetic);
+* causal attention with dropout on the weights, per (sequence, head): the score, weighted-value and gradient
+  products skip the blocks above the diagonal (about half the work of full products; register tiles of
+  4 rows x 16 columns), the softmax and its dropout are fused in, and the kernels read the (B, T, 3m)
+  projection and write the (B, T, m) output and (B, T, 3m) gradient directly, without head split/merge copies.
+  Head sizes that are not multiples of 8 use torch's batched products around the fused softmax instead;
 * the biases of the four linear maps of a block are added inside the kernel that consumes their output
-  (head split for q, k, v; GELU; residual + dropout), and their gradients are summed there too;
+  (attention, GELU, residual + dropout), and their gradients are summed there too;
   :func:`linear` is ``F.linear`` without bias with a backward of exactly two matrix products.
 
 The model's maths, parameters and state-dict keys are unchanged (:func:`gpt_forward` reads the parameters
 of a :class:`hoplib.models.GPT`); only the dropout masks come from another random stream than torch's, and
-float rounding differs (own ``exp``, about 1 ulp). With dropout 0 :func:`gpt_forward` matches
-``model(ids)`` to float tolerance (tests/test_train.py checks logits, gradients and several training steps).
+float rounding differs (own ``exp``, about 1 ulp; other summation orders). With dropout 0 :func:`gpt_forward`
+matches ``model(ids)`` to float tolerance (tests/test_train.py checks logits, gradients and several training
+steps). The kernels are compiled with ``-ffast-math`` (vectorised reductions): a NaN in an input need not
+propagate through every kernel's output, though it still reaches the loss through the others.
 
 The kernels are CPU-only and single-threaded. :func:`available` says whether they could be built (a C
 compiler is needed; the shared library is cached under ``$HOPLIB_CACHE`` or ``~/.cache/hoplib``); where they
@@ -46,180 +53,23 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-_SOURCE = r"""
-#include <stdint.h>
-#include <math.h>
+_SOURCE_FILE = Path(__file__).with_name("fast_kernels.c")  # the C side, compiled on first use
 
-/* Counter-based random bits: two rounds of the "lowbias32" integer hash, keyed by a 64-bit seed. */
-static inline uint32_t hb_mix(uint32_t x) {
-    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16; return x;
-}
-static inline uint32_t hb_bits(uint32_t s0, uint32_t s1, uint32_t i) { return hb_mix(hb_mix(i ^ s0) + s1); }
-
-/* exp for x in [-88, 88]: 2^n * p(r), r = x - n ln2, |r| <= ln2/2; degree-6 polynomial, ~1 ulp. */
-static inline float hb_exp(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
-    float s; __builtin_memcpy(&s, &e, 4);
-    return p * s;
-}
-
-/* y[r, j] = res[r, j] + keep * (x[r, j] + bias[j]) * scale for rows r < rows, j < n (res may be NULL);
-   the random counter is the flat index r * n + j. */
-void hb_dropout_fwd(const float *x, const float *bias, const float *res, float *y, int64_t rows, int64_t n,
-                    uint64_t seed, uint32_t thresh, float scale) {
-    uint32_t s0 = (uint32_t)seed, s1 = (uint32_t)(seed >> 32);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
-        uint32_t base = (uint32_t)(r * n);
-        if (res) {
-            const float *rr = res + r * n;
-            for (int64_t j = 0; j < n; j++) {
-                uint32_t h = hb_bits(s0, s1, base + (uint32_t)j);
-                yr[j] = rr[j] + (h >= thresh ? (xr[j] + bias[j]) * scale : 0.0f);
-            }
-        } else {
-            for (int64_t j = 0; j < n; j++) {
-                uint32_t h = hb_bits(s0, s1, base + (uint32_t)j);
-                yr[j] = h >= thresh ? (xr[j] + bias[j]) * scale : 0.0f;
-            }
-        }
-    }
-}
-
-/* gx = keep * g * scale; if gb is not NULL it receives the column sums of gx (the bias gradient). */
-void hb_dropout_bwd(const float *g, float *gx, float *gb, int64_t rows, int64_t n, uint64_t seed, uint32_t thresh,
-                    float scale) {
-    uint32_t s0 = (uint32_t)seed, s1 = (uint32_t)(seed >> 32);
-    if (gb) for (int64_t j = 0; j < n; j++) gb[j] = 0.0f;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *gr = g + r * n;
-        float *xr = gx + r * n;
-        uint32_t base = (uint32_t)(r * n);
-        for (int64_t j = 0; j < n; j++) {
-            uint32_t h = hb_bits(s0, s1, base + (uint32_t)j);
-            xr[j] = h >= thresh ? gr[j] * scale : 0.0f;
-        }
-        if (gb) for (int64_t j = 0; j < n; j++) gb[j] += xr[j];
-    }
-}
-
-/* GELU (tanh approximation) of z = x[r, j] + bias[j]: 0.5 z (1 + tanh(u)), u = c (z + 0.044715 z^3), computed as
-   z * sigmoid(2u) with sigmoid(2u) = e / (e + 1), e = exp(2u) (accurate in both tails);
-   d/dz = s + 2 z s (1 - s) du/dz. */
-#define HB_C 0.7978845608028654f
-/* sg receives sigmoid(2u) for the backward pass. */
-void hb_gelu_fwd(const float *x, const float *bias, float *y, float *sg, int64_t rows, int64_t n) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n, *sr = sg + r * n;
-        for (int64_t j = 0; j < n; j++) {
-            float v = xr[j] + bias[j];
-            float u = HB_C * (v + 0.044715f * v * v * v);
-            u = u < -40.0f ? -40.0f : (u > 40.0f ? 40.0f : u);
-            float e = hb_exp(2.0f * u);
-            float s = e / (e + 1.0f);
-            sr[j] = s;
-            yr[j] = v * s;
-        }
-    }
-}
-void hb_gelu_bwd(const float *g, const float *x, const float *bias, const float *sg, float *gx, float *gb,
-                 int64_t rows, int64_t n) {
-    if (gb) for (int64_t j = 0; j < n; j++) gb[j] = 0.0f;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n, *gr = g + r * n, *sr = sg + r * n;
-        float *or = gx + r * n;
-        for (int64_t j = 0; j < n; j++) {
-            float v = xr[j] + bias[j];
-            float s = sr[j];
-            float du = HB_C * (1.0f + 3.0f * 0.044715f * v * v);
-            or[j] = gr[j] * (s + 2.0f * v * s * (1.0f - s) * du);
-        }
-        if (gb) for (int64_t j = 0; j < n; j++) gb[j] += or[j];
-    }
-}
-
-/* (B, T, 3, H, D) fused projection + bias (3, H, D) -> (3, B, H, T, D) head-major q, k, v. */
-void hb_split_heads(const float *qkv, const float *bias, float *out, int64_t nb, int64_t t, int64_t nh, int64_t d) {
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t i = 0; i < t; i++)
-            for (int64_t w = 0; w < 3; w++)
-                for (int64_t h = 0; h < nh; h++) {
-                    const float *src = qkv + (((b * t + i) * 3 + w) * nh + h) * d;
-                    const float *bb = bias + (w * nh + h) * d;
-                    float *dst = out + (((w * nb + b) * nh + h) * t + i) * d;
-                    for (int64_t k = 0; k < d; k++) dst[k] = src[k] + bb[k];
-                }
-}
-
-/* Causal softmax of scale * s over j <= i, then dropout.  s: (bh, t, t) scores, overwritten with P;
-   pd receives keep * P * keep_scale.  Entries j > i are 0 in both. Random index = flat index in (bh, t, t). */
-void hb_softmax_drop_fwd(float *s, float *pd, int64_t bh, int64_t t, float scale, uint64_t seed, uint32_t thresh,
-                         float keep_scale) {
-    uint32_t s0 = (uint32_t)seed, s1 = (uint32_t)(seed >> 32);
-    for (int64_t r = 0; r < bh * t; r++) {
-        int64_t i = r % t;
-        float *row = s + r * t, *prow = pd + r * t;
-        float mx = row[0] * scale;
-        for (int64_t j = 1; j <= i; j++) mx = fmaxf(mx, row[j] * scale);
-        float sum = 0.0f;
-        for (int64_t j = 0; j <= i; j++) { float e = hb_exp(row[j] * scale - mx); row[j] = e; sum += e; }
-        float inv = 1.0f / sum;
-        uint32_t base = (uint32_t)(r * t);
-        for (int64_t j = 0; j <= i; j++) {
-            float p = row[j] * inv;
-            row[j] = p;
-            uint32_t h = hb_bits(s0, s1, base + (uint32_t)j);
-            prow[j] = h >= thresh ? p * keep_scale : 0.0f;
-        }
-        for (int64_t j = i + 1; j < t; j++) { row[j] = 0.0f; prow[j] = 0.0f; }
-    }
-}
-
-/* Backward: d (bh, t, t) holds dL/dPd on entry and dL/d(raw scores) on exit; p is the softmax P. */
-void hb_softmax_drop_bwd(const float *p, float *d, int64_t bh, int64_t t, float scale, uint64_t seed,
-                         uint32_t thresh, float keep_scale) {
-    uint32_t s0 = (uint32_t)seed, s1 = (uint32_t)(seed >> 32);
-    for (int64_t r = 0; r < bh * t; r++) {
-        int64_t i = r % t;
-        const float *prow = p + r * t;
-        float *drow = d + r * t;
-        uint32_t base = (uint32_t)(r * t);
-        float dot = 0.0f;
-        for (int64_t j = 0; j <= i; j++) {
-            uint32_t h = hb_bits(s0, s1, base + (uint32_t)j);
-            float dp = h >= thresh ? drow[j] * keep_scale : 0.0f;
-            drow[j] = dp;
-            dot += dp * prow[j];
-        }
-        for (int64_t j = 0; j <= i; j++) drow[j] = scale * prow[j] * (drow[j] - dot);
-        for (int64_t j = i + 1; j < t; j++) drow[j] = 0.0f;
-    }
-}
-"""
-
-_CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fPIC")
+# -ffast-math lets GCC vectorise the loops (reductions, clamps); -mno-recip keeps x86's vectorised division exact
+# (otherwise a reciprocal estimate: GELU's 1 - sigmoid near 1 would be off by an ulp, and its gradient with it).
+_CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fPIC",
+           *(("-mno-recip",) if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686") else ()))
 _I64, _U64, _U32, _F32, _P = ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float, ctypes.c_void_p
 _SIGNATURES = {
     "hb_dropout_fwd": (_P, _P, _P, _P, _I64, _I64, _U64, _U32, _F32),
     "hb_dropout_bwd": (_P, _P, _P, _I64, _I64, _U64, _U32, _F32),
-    "hb_gelu_fwd": (_P, _P, _P, _P, _I64, _I64),
-    "hb_gelu_bwd": (_P, _P, _P, _P, _P, _P, _I64, _I64),
+    "hb_gelu_fwd": (_P, _P, _P, _I64, _I64),
+    "hb_gelu_bwd": (_P, _P, _P, _P, _P, _I64, _I64),
     "hb_split_heads": (_P, _P, _P, _I64, _I64, _I64, _I64),
     "hb_softmax_drop_fwd": (_P, _P, _I64, _I64, _F32, _U64, _U32, _F32),
     "hb_softmax_drop_bwd": (_P, _P, _I64, _I64, _F32, _U64, _U32, _F32),
+    "hb_attn_fwd": (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _U64, _U32, _F32),
+    "hb_attn_bwd": (_P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _U64, _U32, _F32),
 }
 _SEED_MASK = 2**63 - 1  # seeds travel through autograd as Python ints; keep them within int64
 _STATE: dict[str, Any] = {"lib": None, "error": None, "compile_time_s": None, "path": None, "tried": False}
@@ -254,8 +104,9 @@ def _cache_dir() -> Path:
 
 def _build(cc: str) -> Path:
     """Compile the kernels (object with -ffast-math, then a plain link: no flush-to-zero side effects)."""
+    source = _SOURCE_FILE.read_text()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256("\0".join([_SOURCE, " ".join(_CFLAGS), version, _cpu_tag()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([source, " ".join(_CFLAGS), version, _cpu_tag()]).encode()).hexdigest()[:16]
     folder = _cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"hoplib_fast_{key}.so"
@@ -263,7 +114,7 @@ def _build(cc: str) -> Path:
         return target
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         c, o, so = Path(tmp) / "k.c", Path(tmp) / "k.o", Path(tmp) / "k.so"
-        c.write_text(_SOURCE)
+        c.write_text(source)
         for cmd in ([cc, *_CFLAGS, "-c", str(c), "-o", str(o)], [cc, "-shared", str(o), "-o", str(so), "-lm"]):
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             if r.returncode != 0:
@@ -406,21 +257,20 @@ class _Gelu(torch.autograd.Function):
         x = x.contiguous()
         b = _bias_or_zeros(bias, x)
         n = x.shape[-1]
-        y, sg = torch.empty_like(x), torch.empty_like(x)
-        _lib().hb_gelu_fwd(_ptr(x), _ptr(b), _ptr(y), _ptr(sg), x.numel() // n, n)
-        ctx.save_for_backward(x, b, sg)
+        y = torch.empty_like(x)
+        _lib().hb_gelu_fwd(_ptr(x), _ptr(b), _ptr(y), x.numel() // n, n)
+        ctx.save_for_backward(x, b)
         ctx.has_bias = bias is not None
         return y
 
     @staticmethod
     def backward(ctx, g):  # noqa: ANN001, ANN205
-        x, b, sg = ctx.saved_tensors
+        x, b = ctx.saved_tensors
         g = g.contiguous()
         n = x.shape[-1]
         gx = torch.empty_like(g)
         gb = torch.empty(n, dtype=g.dtype) if ctx.has_bias else None
-        _lib().hb_gelu_bwd(_ptr(g), _ptr(x), _ptr(b), _ptr(sg), _ptr(gx), None if gb is None else _ptr(gb),
-                           x.numel() // n, n)
+        _lib().hb_gelu_bwd(_ptr(g), _ptr(x), _ptr(b), _ptr(gx), None if gb is None else _ptr(gb), x.numel() // n, n)
         return gx, gb
 
 
@@ -435,7 +285,12 @@ def gelu(x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
 
 
 class _Attention(torch.autograd.Function):
-    """Causal multi-head attention with dropout on the weights: (B, T, 3m) fused qkv -> (B, T, m)."""
+    """Causal multi-head attention with dropout on the weights: (B, T, 3m) fused qkv -> (B, T, m).
+
+    Head sizes that are multiples of 8 use the fused kernels ``hb_attn_fwd``/``hb_attn_bwd`` (causal blocks
+    only, per head, no layout copies); other head sizes use torch's batched products around the softmax kernel.
+    Both give the same values and the same dropout masks.
+    """
 
     @staticmethod
     def forward(ctx, qkv, bias, heads, p, seed):  # noqa: ANN001, ANN205
@@ -443,34 +298,56 @@ class _Attention(torch.autograd.Function):
         m = m3 // 3
         d = m // heads
         qkv = qkv.contiguous()
-        qkv5 = torch.empty(3, b * heads, t, d, dtype=qkv.dtype)
         bvec = _bias_or_zeros(bias, qkv)  # keep a reference: the kernel only gets its address
+        thresh, keep_scale = _dropout_params(p)
+        scale = 1.0 / d**0.5
+        ctx.shape, ctx.p, ctx.seed, ctx.scale, ctx.has_bias = (b, t, heads, d), p, seed, scale, bias is not None
+        if d % 8 == 0 and _STATE.get("fused_attention", True):
+            tp = (t + 3 + 7) // 8 * 8  # score row stride: a multiple of 8, >= t + 3 (see the C comments)
+            qkv5 = torch.empty(3, b * heads, t, d, dtype=qkv.dtype)
+            vt = torch.empty(b * heads, d, tp, dtype=qkv.dtype)
+            kt = torch.empty(d, tp, dtype=qkv.dtype)
+            prob, pd = torch.empty(2, b * heads, t, tp, dtype=qkv.dtype).unbind(0)
+            out = torch.empty(b, t, m, dtype=qkv.dtype)
+            _lib().hb_attn_fwd(_ptr(qkv), _ptr(bvec), _ptr(qkv5[0]), _ptr(qkv5[1]), _ptr(qkv5[2]), _ptr(vt),
+                               _ptr(kt), _ptr(prob), _ptr(pd), _ptr(out), b, t, tp, heads, d, scale, seed, thresh,
+                               keep_scale)
+            ctx.save_for_backward(qkv5, vt, prob, pd)
+            ctx.tp = tp
+            return out
+        qkv5 = torch.empty(3, b * heads, t, d, dtype=qkv.dtype)
         _lib().hb_split_heads(_ptr(qkv), _ptr(bvec), _ptr(qkv5), b, t, heads, d)
         q, k, v = qkv5[0], qkv5[1], qkv5[2]
         s = torch.bmm(q, k.transpose(1, 2))
         pd = torch.empty_like(s)
-        thresh, keep_scale = _dropout_params(p)
-        scale = 1.0 / d**0.5
         _lib().hb_softmax_drop_fwd(_ptr(s), _ptr(pd), b * heads, t, scale, seed, thresh, keep_scale)
         y = torch.bmm(pd, v)
         ctx.save_for_backward(qkv5, s, pd)
-        ctx.shape, ctx.p, ctx.seed, ctx.scale, ctx.has_bias = (b, t, heads, d), p, seed, scale, bias is not None
+        ctx.tp = None
         return y.view(b, heads, t, d).transpose(1, 2).reshape(b, t, m)
 
     @staticmethod
     def backward(ctx, gy):  # noqa: ANN001, ANN205
-        qkv5, prob, pd = ctx.saved_tensors
         b, t, heads, d = ctx.shape
-        q, k, v = qkv5[0], qkv5[1], qkv5[2]
-        gy = gy.reshape(b, t, heads, d).transpose(1, 2).reshape(b * heads, t, d)
-        g5 = torch.empty_like(qkv5)
-        torch.bmm(pd.transpose(1, 2), gy, out=g5[2])
-        ds = torch.bmm(gy, v.transpose(1, 2))
         thresh, keep_scale = _dropout_params(ctx.p)
-        _lib().hb_softmax_drop_bwd(_ptr(prob), _ptr(ds), b * heads, t, ctx.scale, ctx.seed, thresh, keep_scale)
-        torch.bmm(ds, k, out=g5[0])
-        torch.bmm(ds.transpose(1, 2), q, out=g5[1])
-        gqkv = g5.view(3, b, heads, t, d).permute(1, 3, 0, 2, 4).reshape(b, t, 3 * heads * d)
+        if ctx.tp is not None:
+            qkv5, vt, prob, pd = ctx.saved_tensors
+            gy = gy.contiguous()
+            gqkv = torch.empty(b, t, 3 * heads * d, dtype=gy.dtype)
+            ds = torch.empty(t, ctx.tp, dtype=gy.dtype)
+            _lib().hb_attn_bwd(_ptr(gy), _ptr(qkv5[0]), _ptr(qkv5[1]), _ptr(qkv5[2]), _ptr(vt), _ptr(prob), _ptr(pd),
+                               _ptr(ds), _ptr(gqkv), b, t, ctx.tp, heads, d, ctx.scale, ctx.seed, thresh, keep_scale)
+        else:
+            qkv5, prob, pd = ctx.saved_tensors
+            q, k, v = qkv5[0], qkv5[1], qkv5[2]
+            gy = gy.reshape(b, t, heads, d).transpose(1, 2).reshape(b * heads, t, d)
+            g5 = torch.empty_like(qkv5)
+            torch.bmm(pd.transpose(1, 2), gy, out=g5[2])
+            ds = torch.bmm(gy, v.transpose(1, 2))
+            _lib().hb_softmax_drop_bwd(_ptr(prob), _ptr(ds), b * heads, t, ctx.scale, ctx.seed, thresh, keep_scale)
+            torch.bmm(ds, k, out=g5[0])
+            torch.bmm(ds.transpose(1, 2), q, out=g5[1])
+            gqkv = g5.view(3, b, heads, t, d).permute(1, 3, 0, 2, 4).reshape(b, t, 3 * heads * d)
         gb = gqkv.view(b * t, -1).sum(0) if ctx.has_bias else None
         return gqkv, gb, None, None, None
 

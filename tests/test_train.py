@@ -312,9 +312,12 @@ def test_fast_gelu_matches_torch_tanh_gelu_and_its_gradient():
 
 
 @pytest.mark.parametrize("p", [0.0, 0.25])
-def test_fast_causal_attention_matches_softmax_attention_with_the_same_mask(p):
+@pytest.mark.parametrize("shape", [(3, 11, 2, 8), (2, 37, 2, 32), (2, 8, 1, 24), (1, 1, 1, 16), (2, 13, 3, 5)])
+def test_fast_causal_attention_matches_softmax_attention_with_the_same_mask(p, shape):
+    # head sizes 8, 16, 24, 32 take the fused causal kernels (tiles of 8 and 16 columns, ragged last row tiles);
+    # 5 takes the batched-product path
     fast = _needs_kernels()
-    b, t, h, d = 3, 11, 2, 8
+    b, t, h, d = shape
     torch.manual_seed(0)
     qkv = torch.randn(b, t, 3 * h * d, requires_grad=True)
     bias = torch.randn(3 * h * d, requires_grad=True)
@@ -331,7 +334,7 @@ def test_fast_causal_attention_matches_softmax_attention_with_the_same_mask(p):
     y.backward(g)
     ref.backward(g)
     assert torch.allclose(qkv.grad, ref_in.grad, atol=1e-5) and torch.allclose(bias.grad, ref_bias.grad, atol=1e-5)
-    if p > 0:
+    if p > 0 and keep.numel() > 50:  # some weights were dropped
         assert not keep.all()
 
 
