@@ -11,20 +11,22 @@ the same torch thread count (one process). The baseline builds every sample in P
 Our side is ``hoplib.train.fit`` with one of three implementations (``--impl``):
 
 * ``fused`` (default): ``fit(..., fused=True)``, the kernels of :mod:`hoplib.fast` (fused dropout with a
-  counter-based hash RNG, fused GELU, fused causal softmax + attention dropout; matrix products unchanged) and
-  AdamW's fused implementation. Same maths; the dropout masks come from another random stream.
+  counter-based hash RNG, fused GELU, causal attention kernels with the softmax and its dropout fused in; the
+  linear layers' matrix products unchanged) and AdamW's fused implementation. Same maths; the dropout masks
+  come from another random stream.
 * ``eager``: ``fit(...)`` with the model's own forward (SDPA) and torch's default AdamW.
 * ``compiled``: ``fit(..., compile=True)``, ``torch.compile`` of the model (inductor, CPU).
 
 Steps per second are measured after a warm-up call (3 steps, which pays the one-off costs: kernel build or
 load for ``fused``, compilation for ``compiled``, allocations and lazy imports for all), for both sides, in
-short alternating blocks (pairs of ours and theirs, in alternating order; default 20 pairs of 3 steps each).
-On a virtual machine the speed of the same code drifts by 10-20% over tens of seconds (the host's load, not
-ours: it shows in process CPU time too), so short paired blocks see the same conditions. Reported:
-``ratio`` (the headline: steps per second over all timed blocks, ours over theirs, i.e. their total time
-over ours for the same number of steps), ``median_pair_ratio`` and the range of the per-pair ratios, the ratio
-of median block speeds (``ratio_of_medians``), and the same in process CPU time (``ratio_cpu_time``; with one
-thread this is the compute time, without the time slices other processes take). The one-off cost is reported
+short alternating blocks (pairs of ours and theirs, in alternating order; by default 3 rounds of 20 pairs of
+3 steps each). On a virtual machine the speed of the same code drifts by 10-20% over tens of seconds (the
+host's load, not ours: it shows in process CPU time too), so short paired blocks see the same conditions.
+Reported: ``ratio`` (the headline: steps per second over all timed blocks, ours over theirs, i.e. their total
+time over ours for the same number of steps), the same for each round (``round_ratios``: how much one run of
+``--blocks`` pairs can vary), ``median_pair_ratio`` and the range of the per-pair ratios, the ratio of median
+block speeds (``ratio_of_medians``), and the same in process CPU time (``ratio_cpu_time``; with one thread
+this is the compute time, without the time slices other processes take). The one-off cost is reported
 separately: ``warmup_s`` (the first 3-step call) and, for ``fused``, the time to compile the C kernels into an
 empty cache folder.
 
@@ -169,7 +171,8 @@ def kernel_build_time() -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser()
-    p.add_argument("--blocks", type=int, default=20, help="pairs of timed blocks (ours, theirs)")
+    p.add_argument("--blocks", type=int, default=20, help="pairs of timed blocks (ours, theirs) per round")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --blocks pairs; each gets its own ratio")
     p.add_argument("--steps", type=int, default=3, help="training steps per block and side")
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="HF GPT2Model attention")
     p.add_argument("--impl", default="fused", choices=["fused", "eager", "compiled"], help="our implementation")
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
     hf_steps_per_s(WARMUP_STEPS, task, a.attn, theirs)
     one_off["hf_warmup_s"] = time.perf_counter() - t0
     o, h, oc, hc = [], [], [], []
-    for i in range(a.blocks):  # pair i: ours then theirs for even i, theirs then ours for odd i
+    for i in range(a.blocks * a.rounds):  # pair i: ours then theirs for even i, theirs then ours for odd i
         for side in ("ours", "hf") if i % 2 == 0 else ("hf", "ours"):
             if side == "ours":
                 wall, cpu = ours_steps_per_s(a.steps, task, ours, a.impl, a.ours_dropout)
@@ -214,9 +217,12 @@ def main(argv: list[str] | None = None) -> dict:
     pairs_cpu = [x / y for x, y in zip(oc, hc, strict=True)]
     total = sum(1 / y for y in h) / sum(1 / x for x in o)  # their time / our time, equal steps per block
     total_cpu = sum(1 / y for y in hc) / sum(1 / x for x in oc)
+    rounds = [sum(1 / y for y in h[r:r + a.blocks]) / sum(1 / x for x in o[r:r + a.blocks])
+              for r in range(0, len(o), a.blocks)]
     one_off["ours_one_off_s"] = max(0.0, one_off["ours_warmup_s"] - WARMUP_STEPS / mo)
     one_off["hf_one_off_s"] = max(0.0, one_off["hf_warmup_s"] - WARMUP_STEPS / mh)
-    res = {"ratio": total, "median_pair_ratio": statistics.median(pairs), "pair_ratio_range": [min(pairs), max(pairs)],
+    res = {"ratio": total, "round_ratios": rounds, "median_pair_ratio": statistics.median(pairs),
+           "pair_ratio_range": [min(pairs), max(pairs)],
            "ratio_of_medians": mo / mh, "ours_steps_per_s": len(o) / sum(1 / x for x in o),
            "hf_steps_per_s": len(h) / sum(1 / y for y in h), "block_ratios": pairs, "ours_blocks": o, "hf_blocks": h,
            "ratio_cpu_time": total_cpu, "median_pair_ratio_cpu_time": statistics.median(pairs_cpu),
@@ -228,7 +234,8 @@ def main(argv: list[str] | None = None) -> dict:
            "transformers_version": transformers.__version__, "torch_threads": torch.get_num_threads()}
     tag = f" ({a.impl})" + (f" (dropout {a.ours_dropout})" if a.ours_dropout != 0.1 else "")
     print(f"ours{tag} {res['ours_steps_per_s']:.3f} steps/s vs HF GPT2Model ({a.attn}) + Python generator "
-          f"{res['hf_steps_per_s']:.3f} steps/s: ratio {total:.2f}x (pairs: median {res['median_pair_ratio']:.2f}, "
+          f"{res['hf_steps_per_s']:.3f} steps/s: ratio {total:.2f}x (rounds: {', '.join(f'{r:.2f}' for r in rounds)}; "
+          f"pairs: median {res['median_pair_ratio']:.2f}, "
           f"range {min(pairs):.2f}-{max(pairs):.2f}); per CPU second {total_cpu:.2f}x "
           f"(threads={res['torch_threads']}, transformers {transformers.__version__}); "
           f"one-off: {', '.join(f'{k} {v:.2f}' for k, v in one_off.items())}")
@@ -237,7 +244,8 @@ def main(argv: list[str] | None = None) -> dict:
     name = f"bench_train_{a.attn}{suffix}.json"
     params = {"config": "L=6, m=128, H=4, batch 32, 99 tokens, LN head, AdamW lr 1e-4 wd 0.01, float32; "
                         "HF dropout 0.1 (resid, embd, attn)",
-              "blocks": a.blocks, "steps_per_block": a.steps, "hf_attn": a.attn, "ours_impl": a.impl,
+              "blocks": a.blocks, "rounds": a.rounds, "steps_per_block": a.steps, "hf_attn": a.attn,
+              "ours_impl": a.impl,
               "ours_dropout": a.ours_dropout, "warmup_steps_before_timing": WARMUP_STEPS,
               "timing": "steps/s after a warm-up call on both sides, short alternating blocks; ratio = their total "
                         "time / our total time for equal steps; also per-pair ratios, ratio of median block "
