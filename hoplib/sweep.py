@@ -148,6 +148,10 @@ def _run_ensembles(todo: list[dict[str, Any]], out: Path, *, device, progress: b
         groups.setdefault(_arch(c), []).append(c)
     for configs in groups.values():
         c0 = configs[0]
+        if len(configs) == 1:  # a group of one: a plain run (the same computation, its checkpoint in its folder)
+            train_run(c0, out / run_name(c0), device=dev, progress=progress, checkpoint_every=checkpoint_every,
+                      compile=compile)
+            continue
         task = task_for(c0)
         models = [model_for(c, task, dev) for c in configs]
         tag = f"L{c0['depth']}_m{c0['d_model']}_H{c0['heads']}_" + "-".join(run_name(c) for c in configs)

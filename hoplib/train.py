@@ -180,8 +180,12 @@ def _run_loop(*, model: nn.Module, forward, streams: list[DataStream], task: Hop
               warmup_steps: int, weight_decay: float, device: torch.device, progress: bool,
               eval_every: int | None, eval_fn, checkpoint: str | os.PathLike | None,
               checkpoint_every: int | None, settings: dict[str, Any], desc: str,
-              opt_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Shared loop of :func:`fit` and :func:`fit_ensemble` (E = len(streams) models, loss summed over them)."""
+              opt_kwargs: dict[str, Any] | None = None, stacked: bool = False) -> dict[str, Any]:
+    """Shared loop of :func:`fit` and :func:`fit_ensemble` (E = len(streams) models, loss summed over them).
+
+    ``stacked``: the model takes (E, B, T) batches and the loss history holds one row of E losses per step
+    (an ensemble, even of one model); otherwise E = 1, (B, T) batches and one float per step.
+    """
     if progress:
         from tqdm.auto import tqdm
     else:  # plain tqdm, disabled: importing tqdm.auto warns in notebooks without ipywidgets
@@ -216,7 +220,7 @@ def _run_loop(*, model: nn.Module, forward, streams: list[DataStream], task: Hop
     def flush() -> None:
         if buf:
             vals = torch.stack(buf).float().cpu()
-            history["loss"].extend(vals.tolist() if e > 1 else vals.view(-1).tolist())
+            history["loss"].extend(vals.tolist() if stacked else vals.view(-1).tolist())
             buf.clear()
 
     t0 = time.perf_counter()
@@ -225,7 +229,7 @@ def _run_loop(*, model: nn.Module, forward, streams: list[DataStream], task: Hop
     try:
         for step in range(start, steps):
             batches = [s.batch(step) for s in streams]
-            if e == 1:
+            if not stacked:
                 x, y = batches[0]
             else:
                 x = torch.stack([b[0] for b in batches])
@@ -246,7 +250,7 @@ def _run_loop(*, model: nn.Module, forward, streams: list[DataStream], task: Hop
                 flush()
                 if history["loss"]:
                     last = history["loss"][-1]
-                    bar.set_postfix(loss=f"{(sum(last) / e) if e > 1 else last:.4f}")
+                    bar.set_postfix(loss=f"{(sum(last) / e) if stacked else last:.4f}")
             if eval_every is not None and (done % eval_every == 0 or done == steps):
                 flush()
                 history["evals"].append({"step": done, **eval_fn()})
@@ -387,7 +391,7 @@ def fit_ensemble(models: list[nn.Module], task: HopTask, *, steps: int, seeds: l
     hist = _run_loop(model=ens, forward=forward, streams=streams, task=task, steps=steps, lr=lr,
                      warmup_steps=warmup_steps, weight_decay=weight_decay, device=dev, progress=progress,
                      eval_every=eval_every, eval_fn=eval_fn, checkpoint=checkpoint,
-                     checkpoint_every=checkpoint_every, settings=settings, desc=f"train x{e}")
+                     checkpoint_every=checkpoint_every, settings=settings, desc=f"train x{e}", stacked=True)
     histories = []
     for j in range(e):
         histories.append({"loss": [row[j] for row in hist["loss"]],

@@ -91,6 +91,19 @@ def test_ensemble_sweep_matches_the_sequential_sweep(tmp_path):
     assert run_sweep(grid, tmp_path / "ens", device="cpu", progress=False, ensemble=True) == ens
 
 
+def test_ensemble_sweep_trains_a_group_of_one_as_a_plain_run(tmp_path):
+    # like the paper grid's m = 256 architectures: one run per architecture group
+    grid = Grid(depths=(2,), widths=((16, 2), (32, 2)), n_trains=(None, 40), exclude=((32, 40),), settings=TINY)
+    table = run_sweep(grid, tmp_path, device="cpu", progress=False, ensemble=True)
+    sizes = {}
+    for c in grid.configs():
+        rec = json.loads((tmp_path / run_name(c) / "results.json").read_text())
+        assert rec["complete"]
+        sizes[(c["d_model"], c["n_train"])] = rec["provenance"].get("ensemble_size")
+    assert sizes == {(16, None): 2, (16, 40): 2, (32, None): None}
+    assert {r["d_model"] for r in table} == {16, 32}
+
+
 def test_depth_threshold_and_errors_by_depth_on_a_synthetic_table():
     from hoplib.sweep import depth_threshold, errors_by_depth
 

@@ -140,6 +140,21 @@ def test_ensemble_training_equals_separate_training():
             assert torch.allclose(p, q, atol=1e-5)
 
 
+def test_ensemble_of_one_model_trains_like_fit():
+    # the paper grid's m = 256 architectures are groups of one run in an ensemble sweep
+    task = HopTask(seq_len=12, max_hops=2)
+    torch.manual_seed(7)
+    init = gpt_for_task(task, depth=2, d_model=16, heads=2)
+    copy = gpt_for_task(task, depth=2, d_model=16, heads=2)
+    copy.load_state_dict(init.state_dict())
+    kw = dict(steps=6, lr=3e-3, warmup_steps=2, batch_size=8, device="cpu", progress=False)
+    (trained,), (hist,) = fit_ensemble([copy], task, seeds=[3], **kw)
+    ref = fit(init, task, seed=3, **kw)
+    assert len(hist["loss"]) == 6 and hist["loss"] == pytest.approx(ref["loss"], rel=1e-4, abs=1e-5)
+    for p, q in zip(trained.parameters(), init.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-5)
+
+
 def test_checkpoint_roundtrip_and_clear_errors(tmp_path):
     path = tmp_path / "ck.pt"
     save_checkpoint(path, {"format": 1, "model": {"w": torch.ones(2)}, "settings": {"a": 1}})
