@@ -20,8 +20,9 @@ Our side is ``hoplib.train.fit`` with one of three implementations (``--impl``):
 Steps per second are measured after a warm-up call (3 steps, which pays the one-off costs: kernel build or
 load for ``fused``, compilation for ``compiled``, allocations and lazy imports for all), for both sides, in
 short alternating blocks (pairs of ours and theirs, in alternating order; by default 3 rounds of 20 pairs of
-3 steps each). On a virtual machine the speed of the same code drifts by 10-20% over tens of seconds (the
-host's load, not ours: it shows in process CPU time too), so short paired blocks see the same conditions.
+3 steps each). On a virtual machine the speed of the same code drifts over tens of seconds (the host's load,
+not ours: it shows in process CPU time too; the stored ``hf_blocks`` show by how much), so short paired blocks
+see the same conditions.
 Reported: ``ratio`` (the headline: steps per second over all timed blocks, ours over theirs, i.e. their total
 time over ours for the same number of steps), the same for each round (``round_ratios``: how much one run of
 ``--blocks`` pairs can vary), ``median_pair_ratio`` and the range of the per-pair ratios, the ratio of median

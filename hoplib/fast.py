@@ -16,8 +16,8 @@ replaces those pieces by small C loops, compiled once with the system's C compil
   reading a stored copy (the pass is bound by memory traffic, not arithmetic);
 * causal attention with dropout on the weights, per (sequence, head): the score, weighted-value and gradient
   products skip the blocks above the diagonal (about half the work of full products; register tiles of
-  4 rows x 16 columns), the softmax and its dropout are fused in, and the kernels read the (B, T, 3m)
-  projection and write the (B, T, m) output and (B, T, 3m) gradient directly, without head split/merge copies.
+  4 rows x 16 columns), the softmax and its dropout are fused in, and the kernels write the (B, T, m) output
+  and (B, T, 3m) gradient directly, without head merge copies.
   Head sizes that are not multiples of 8 use torch's batched products around the fused softmax instead;
 * the biases of the four linear maps of a block are added inside the kernel that consumes their output
   (attention, GELU, residual + dropout), and their gradients are summed there too;
@@ -68,8 +68,8 @@ _SIGNATURES = {
     "hb_split_heads": (_P, _P, _P, _I64, _I64, _I64, _I64),
     "hb_softmax_drop_fwd": (_P, _P, _I64, _I64, _F32, _U64, _U32, _F32),
     "hb_softmax_drop_bwd": (_P, _P, _I64, _I64, _F32, _U64, _U32, _F32),
-    "hb_attn_fwd": (_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _U64, _U32, _F32),
-    "hb_attn_bwd": (_P, _P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _U64, _U32, _F32),
+    "hb_attn_fwd": (_P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _U64, _U32, _F32),
+    "hb_attn_bwd": (_P, _P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _F32, _U64, _U32, _F32),
 }
 _SEED_MASK = 2**63 - 1  # seeds travel through autograd as Python ints; keep them within int64
 _STATE: dict[str, Any] = {"lib": None, "error": None, "compile_time_s": None, "path": None, "tried": False}
@@ -288,7 +288,7 @@ class _Attention(torch.autograd.Function):
     """Causal multi-head attention with dropout on the weights: (B, T, 3m) fused qkv -> (B, T, m).
 
     Head sizes that are multiples of 8 use the fused kernels ``hb_attn_fwd``/``hb_attn_bwd`` (causal blocks
-    only, per head, no layout copies); other head sizes use torch's batched products around the softmax kernel.
+    only, per head, no head merge copies); other head sizes use torch's batched products around the softmax kernel.
     Both give the same values and the same dropout masks.
     """
 
@@ -302,22 +302,20 @@ class _Attention(torch.autograd.Function):
         thresh, keep_scale = _dropout_params(p)
         scale = 1.0 / d**0.5
         ctx.shape, ctx.p, ctx.seed, ctx.scale, ctx.has_bias = (b, t, heads, d), p, seed, scale, bias is not None
-        if d % 8 == 0 and _STATE.get("fused_attention", True):
+        qkv5 = torch.empty(3, b * heads, t, d, dtype=qkv.dtype)
+        _lib().hb_split_heads(_ptr(qkv), _ptr(bvec), _ptr(qkv5), b, t, heads, d)
+        q, k, v = qkv5[0], qkv5[1], qkv5[2]
+        if d % 8 == 0:
             tp = (t + 3 + 7) // 8 * 8  # score row stride: a multiple of 8, >= t + 3 (see the C comments)
-            qkv5 = torch.empty(3, b * heads, t, d, dtype=qkv.dtype)
             vt = torch.empty(b * heads, d, tp, dtype=qkv.dtype)
             kt = torch.empty(d, tp, dtype=qkv.dtype)
             prob, pd = torch.empty(2, b * heads, t, tp, dtype=qkv.dtype).unbind(0)
             out = torch.empty(b, t, m, dtype=qkv.dtype)
-            _lib().hb_attn_fwd(_ptr(qkv), _ptr(bvec), _ptr(qkv5[0]), _ptr(qkv5[1]), _ptr(qkv5[2]), _ptr(vt),
-                               _ptr(kt), _ptr(prob), _ptr(pd), _ptr(out), b, t, tp, heads, d, scale, seed, thresh,
-                               keep_scale)
-            ctx.save_for_backward(qkv5, vt, prob, pd)
+            _lib().hb_attn_fwd(_ptr(q), _ptr(k), _ptr(v), _ptr(vt), _ptr(kt), _ptr(prob), _ptr(pd), _ptr(out), b, t,
+                               tp, heads, d, scale, seed, thresh, keep_scale)
+            ctx.save_for_backward(q, k, vt, prob, pd)
             ctx.tp = tp
             return out
-        qkv5 = torch.empty(3, b * heads, t, d, dtype=qkv.dtype)
-        _lib().hb_split_heads(_ptr(qkv), _ptr(bvec), _ptr(qkv5), b, t, heads, d)
-        q, k, v = qkv5[0], qkv5[1], qkv5[2]
         s = torch.bmm(q, k.transpose(1, 2))
         pd = torch.empty_like(s)
         _lib().hb_softmax_drop_fwd(_ptr(s), _ptr(pd), b * heads, t, scale, seed, thresh, keep_scale)
@@ -331,12 +329,12 @@ class _Attention(torch.autograd.Function):
         b, t, heads, d = ctx.shape
         thresh, keep_scale = _dropout_params(ctx.p)
         if ctx.tp is not None:
-            qkv5, vt, prob, pd = ctx.saved_tensors
+            q, k, vt, prob, pd = ctx.saved_tensors
             gy = gy.contiguous()
             gqkv = torch.empty(b, t, 3 * heads * d, dtype=gy.dtype)
             ds = torch.empty(t, ctx.tp, dtype=gy.dtype)
-            _lib().hb_attn_bwd(_ptr(gy), _ptr(qkv5[0]), _ptr(qkv5[1]), _ptr(qkv5[2]), _ptr(vt), _ptr(prob), _ptr(pd),
-                               _ptr(ds), _ptr(gqkv), b, t, ctx.tp, heads, d, ctx.scale, ctx.seed, thresh, keep_scale)
+            _lib().hb_attn_bwd(_ptr(gy), _ptr(q), _ptr(k), _ptr(vt), _ptr(prob), _ptr(pd), _ptr(ds), _ptr(gqkv), b, t,
+                               ctx.tp, heads, d, ctx.scale, ctx.seed, thresh, keep_scale)
         else:
             qkv5, prob, pd = ctx.saved_tensors
             q, k, v = qkv5[0], qkv5[1], qkv5[2]

@@ -180,8 +180,8 @@ void hb_softmax_drop_bwd(const float *p, float *d, int64_t bh, int64_t t, float 
 
 /* ---- Fused causal attention for head sizes d that are multiples of 8: small matrix products that skip the
    blocks above the diagonal (about half the work of full products), computed per (batch, head) so that the
-   (t, tp) score matrix stays in cache, and reading/writing the (B, T, 3m) and (B, T, m) layouts directly (no
-   head split/merge copies).  Score rows have stride tp >= t + 3, a multiple of 8; columns >= t are 0. */
+   (t, tp) score matrix stays in cache, writing the (B, T, m) output and the (B, T, 3m) gradient directly (no
+   head merge copies).  Score rows have stride tp >= t + 3, a multiple of 8; columns >= t are 0. */
 typedef float hb_v8 __attribute__((vector_size(32)));
 static inline hb_v8 hb_ld(const float *p) { hb_v8 v; __builtin_memcpy(&v, p, sizeof v); return v; }
 static inline void hb_st(float *p, hb_v8 v) { __builtin_memcpy(p, &v, sizeof v); }
@@ -264,26 +264,18 @@ static void hb_mty_causal(const float *m, int64_t ms, const float *y, int64_t ys
     }
 }
 
-/* Forward.  qkv (B, T, 3m) + bias (3m) -> q, k, v (B H, T, d) and vt (B H, d, tp) (saved for the backward pass),
-   P and dropped P (B H, T, tp), out (B, T, m).  kt: scratch (d, tp). */
-void hb_attn_fwd(const float *qkv, const float *bias, float *q, float *k, float *v, float *vt, float *kt, float *p,
-                 float *pd, float *out, int64_t nb, int64_t t, int64_t tp, int64_t nh, int64_t d, float scale,
-                 uint64_t seed, uint32_t thresh, float keep_scale) {
+/* Forward, after hb_split_heads: q, k, v (B H, T, d) -> vt (B H, d, tp) (saved for the backward pass), P and
+   dropped P (B H, T, tp), out (B, T, m).  kt: scratch (d, tp). */
+void hb_attn_fwd(const float *q, const float *k, const float *v, float *vt, float *kt, float *p, float *pd,
+                 float *out, int64_t nb, int64_t t, int64_t tp, int64_t nh, int64_t d, float scale, uint64_t seed,
+                 uint32_t thresh, float keep_scale) {
     int64_t m = nh * d;
     uint32_t s0 = (uint32_t)seed, s1 = (uint32_t)(seed >> 32);
     for (int64_t b = 0; b < nb; b++)
         for (int64_t h = 0; h < nh; h++) {
             int64_t bh = b * nh + h;
-            float *qh = q + bh * t * d, *kh = k + bh * t * d, *vh = v + bh * t * d, *vth = vt + bh * d * tp;
-            for (int64_t i = 0; i < t; i++) {
-                const float *src = qkv + (b * t + i) * 3 * m + h * d;
-                const float *bq = bias + h * d, *bk = bias + m + h * d, *bv = bias + 2 * m + h * d;
-                for (int64_t c = 0; c < d; c++) {
-                    qh[i * d + c] = src[c] + bq[c];
-                    kh[i * d + c] = src[m + c] + bk[c];
-                    vh[i * d + c] = src[2 * m + c] + bv[c];
-                }
-            }
+            const float *qh = q + bh * t * d, *kh = k + bh * t * d, *vh = v + bh * t * d;
+            float *vth = vt + bh * d * tp;
             for (int64_t c = 0; c < d; c++) {
                 for (int64_t i = 0; i < t; i++) { kt[c * tp + i] = kh[i * d + c]; vth[c * tp + i] = vh[i * d + c]; }
                 for (int64_t i = t; i < tp; i++) { kt[c * tp + i] = 0.0f; vth[c * tp + i] = 0.0f; }
@@ -298,12 +290,11 @@ void hb_attn_fwd(const float *qkv, const float *bias, float *q, float *k, float 
 }
 
 /* Backward.  gy (B, T, m) -> gqkv (B, T, 3m) (without the bias gradient); ds: scratch (t, tp). */
-void hb_attn_bwd(const float *gy, const float *q, const float *k, const float *v, const float *vt, const float *p,
-                 const float *pd, float *ds, float *gqkv, int64_t nb, int64_t t, int64_t tp, int64_t nh, int64_t d,
-                 float scale, uint64_t seed, uint32_t thresh, float keep_scale) {
+void hb_attn_bwd(const float *gy, const float *q, const float *k, const float *vt, const float *p, const float *pd,
+                 float *ds, float *gqkv, int64_t nb, int64_t t, int64_t tp, int64_t nh, int64_t d, float scale,
+                 uint64_t seed, uint32_t thresh, float keep_scale) {
     int64_t m = nh * d;
     uint32_t s0 = (uint32_t)seed, s1 = (uint32_t)(seed >> 32);
-    (void)v;
     for (int64_t b = 0; b < nb; b++)
         for (int64_t h = 0; h < nh; h++) {
             int64_t bh = b * nh + h;
