@@ -1,20 +1,20 @@
 """GPU training throughput on the paper's grid (Section 4.2, Appendix G): steps/s, TFLOP/s, share of bf16 peak.
 
-For every architecture of ``hoplib.sweep.profile("paper")`` (L = 2..6, (m, H) in {(128, 4), (256, 8)}, N = 100,
+For every architecture of ``hoplib.training.sweep.profile("paper")`` (L = 2..6, (m, H) in {(128, 4), (256, 8)}, N = 100,
 batch 32, the authors' LayerNorm head, dropout 0.1; models built by ``hoplib.train.model_for`` as the sweep
 builds them) it times real training steps of ``hoplib.train.fit`` (one model; bf16 autocast on CUDA happens
 inside) and of ``hoplib.train.fit_ensemble`` (E stacked models), after a warm-up call, from the training loop's
 own clock (which ends on a host copy of the losses, i.e. after the GPU has finished). Fresh samples every step
 (the costlier data regime). Then, as the budget allows: E models side by side in P processes (each its own
 ``fit_ensemble``, timed together after a file barrier), ``fit(fused=True)`` (CUDA: AdamW's fused kernel) and
-``fit(compile=True)``. ``hoplib.sweep --ensemble`` trains a group of one model (m = 256 in the paper grid) with
+``fit(compile=True)``. ``hoplib.training.sweep --ensemble`` trains a group of one model (m = 256 in the paper grid) with
 ``fit``, so such groups are projected at ``fit``'s speed.
 
 Per measurement: steps/s per model, model-steps/s (= E x steps/s, summed over processes), TFLOP/s from
-:func:`hoplib.flops.train_flops_per_step` (matrix products only) and that as a fraction of the GPU's dense bf16
+:func:`hoplib.training.flops.train_flops_per_step` (matrix products only) and that as a fraction of the GPU's dense bf16
 peak, both the datasheet's (``DATASHEET_BF16_TFLOPS``) and one measured here with a large bf16 matrix product.
 Then the paper grid's projected wall time (its runs x their steps / measured throughput): one run at a time
-(``hoplib.sweep`` without ``--ensemble``), one ensemble per architecture (``--ensemble``), and those ensembles
+(``hoplib.training.sweep`` without ``--ensemble``), one ensemble per architecture (``--ensemble``), and those ensembles
 in P processes (``--ensemble --shard i/P``; assumes every architecture slows down as much as the one measured).
 
 The results file is rewritten (atomically, with provenance) after every measurement, so a run stopped by a
@@ -37,12 +37,12 @@ from pathlib import Path
 
 import torch
 
-from hoplib.device import get_device
-from hoplib.flops import train_flops_per_step
+from hoplib._book.device import get_device
+from hoplib._book.provenance import save_results
 from hoplib.models import count_parameters
-from hoplib.provenance import save_results
-from hoplib.sweep import Grid, profile
 from hoplib.train import fit, fit_ensemble, model_for, task_for
+from hoplib.training.flops import train_flops_per_step
+from hoplib.training.sweep import Grid, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 # Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s from NVIDIA's datasheets (which quote sparse
@@ -190,11 +190,11 @@ def projection(grid: Grid, meas: list[dict]) -> dict:
             return {"seconds": None, "hours": None, "note": "some architectures were not measured"}
         return {"seconds": sum(times), "hours": sum(times) / 3600}
 
-    for kind in ("fit", "fit_fused", "fit_compiled"):  # hoplib.sweep without --ensemble (--compile for the last)
+    for kind in ("fit", "fit_fused", "fit_compiled"):  # the sweep without --ensemble (--compile: last)
         if kind == "fit" or all((kind, a, 1, 1) in rate for a in groups):
             out["one_at_a_time" + kind[3:]] = total([c["steps"] / rate[k] if (k := (kind, arch(c), 1, 1)) in rate
                                                      else None for c in configs])
-    # A group of one model is trained by fit (hoplib.sweep routes it to train_run).
+    # A group of one model is trained by fit (hoplib.training.sweep routes it to train_run).
     group_s = {a: (g[0]["steps"] / rate[k] if (k := ("ensemble" if len(g) > 1 else "fit", a, len(g), 1)) in rate
                    else None) for a, g in groups.items()}
     out["ensemble_per_architecture"] = total(list(group_s.values()))

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from hoplib import baselines
-from hoplib.device import get_device
-from hoplib.provenance import save_results
+from hoplib._book.device import get_device
+from hoplib._book.provenance import save_results
 from hoplib.tasks import HopTask
 
 

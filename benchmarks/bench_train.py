@@ -55,8 +55,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from hoplib._book.provenance import save_results
 from hoplib.models import count_parameters, gpt_for_task
-from hoplib.provenance import save_results
 from hoplib.tasks import HopTask, hop_reference
 from hoplib.train import fit
 

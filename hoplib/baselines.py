@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 from hoplib.tasks import HopTask
 
 

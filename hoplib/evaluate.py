@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from hoplib._validate import check_choice, check_int
-from hoplib.device import autocast, get_device
+from hoplib._book.device import autocast, get_device
+from hoplib._book.validate import check_choice, check_int
 from hoplib.tasks import HopTask
 
 METRICS = ("paper", "pooled")

@@ -34,8 +34,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib import attention as _attn
-from hoplib._validate import check_choice, check_int
+from hoplib._book.validate import check_choice, check_int
+from hoplib.lower_bounds import efficient_attention as _attn
 
 HEADS = ("linear", "layernorm")
 ATTENTIONS = ("softmax", "performer", "longformer")
@@ -50,7 +50,8 @@ class GPTConfig:
     ``n_classes`` is the number of output logits for ``head="linear"`` (default ``vocab_size``); with
     ``head="layernorm"`` it is forced to ``d_model``.
 
-    ``attention`` selects the attention of every layer (Section 5.1, :mod:`hoplib.attention`): ``"softmax"``
+    ``attention`` selects the attention of every layer (Section 5.1, :mod:`hoplib.lower_bounds.efficient_attention`):
+    ``"softmax"``
     (default, the paper's transformer), ``"performer"`` (FAVOR+ kernel attention with ``n_features`` = m'
     random features, Corollary 5.3) or ``"longformer"`` (causal sliding window of radius ``window`` = w plus
     global positions j = 0 mod ``global_every`` = g, 0-based, Corollary 5.4; ``global_every=None``: none).
@@ -132,8 +133,10 @@ class GPTConfig:
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with one fused QKV projection (GPT-2's ``c_attn``/``c_proj``).
 
-    ``cfg.attention`` picks the attention (:mod:`hoplib.attention`): softmax (SDPA, causal), Longformer (SDPA
-    with the boolean mask of :func:`hoplib.attention.longformer_mask`) or Performer (FAVOR+ weights in the
+    ``cfg.attention`` picks the attention (:mod:`hoplib.lower_bounds.efficient_attention`): softmax (SDPA, causal),
+    Longformer (SDPA
+    with the boolean mask of :func:`hoplib.lower_bounds.efficient_attention.longformer_mask`) or Performer (FAVOR+
+    weights in the
     quadratic form, from the random projection in the buffer ``features`` (m' x d_head), shared by the heads
     of a layer, drawn at construction from torch's global generator, saved in the state dict; see
     :meth:`redraw_features`).

@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 from hoplib.tasks import find, letters_to_str
 
 

@@ -41,9 +41,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib._validate import check_int
-from hoplib.device import autocast, get_device, seed_everything
-from hoplib.provenance import atomic_write, atomic_write_text
+from hoplib._book.device import autocast, get_device, seed_everything
+from hoplib._book.provenance import atomic_write, atomic_write_text
+from hoplib._book.validate import check_int
 from hoplib.tasks import HopTask
 
 CHECKPOINT_FORMAT = 1
@@ -494,9 +494,9 @@ def model_for(config: dict[str, Any], task: HopTask, device: torch.device) -> nn
 def results_record(model: nn.Module, task: HopTask, hist: dict[str, Any], config: dict[str, Any],
                    device: torch.device, command: str, **extra: Any) -> dict[str, Any]:
     """Evaluate a trained model (both metrics) and build the results.json record of a run."""
+    from hoplib._book.provenance import provenance
     from hoplib.evaluate import per_k_error
     from hoplib.models import count_parameters
-    from hoplib.provenance import provenance
 
     kw = dict(n_samples=config["eval_samples"], seed=config["eval_seed"], device=device)
     err = per_k_error(model, task, **kw)

@@ -1,4 +1,5 @@
-"""Tests of hoplib.attention (FAVOR+ kernel attention, Longformer masks) and their hook in hoplib.models."""
+"""Tests of hoplib.lower_bounds.efficient_attention (FAVOR+ kernel attention, Longformer masks) and their hook in
+hoplib.models."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib import attention as attn
+from hoplib.lower_bounds import efficient_attention as attn
 from hoplib.models import GPT, GPTConfig, GPTEnsemble, gpt_for_task
 from hoplib.tasks import HopTask
 

@@ -1,4 +1,5 @@
-"""Tests of hoplib.flops (the FLOP count of Section 4.2's models) and of benchmarks/bench_gpu.py (CPU smoke run)."""
+"""Tests of hoplib.training.flops (the FLOP count of Section 4.2's models) and of benchmarks/bench_gpu.py (CPU smoke
+run)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from hoplib.benchreport import cpu_summary, gpu_summary
-from hoplib.flops import forward_flops, matmul_parameters, train_flops_per_step
+from hoplib._book.provenance import load_results
 from hoplib.models import GPT, GPTConfig, GPTEnsemble
-from hoplib.provenance import load_results
+from hoplib.training.benchreport import cpu_summary, gpu_summary
+from hoplib.training.flops import forward_flops, matmul_parameters, train_flops_per_step
 
 ROOT = Path(__file__).resolve().parents[1]
 

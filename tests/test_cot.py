@@ -1,4 +1,5 @@
-"""Tests for hoplib.cot: the chain-of-thought format, decoding, training and evaluation (Def. 5.5, Cor. 5.6)."""
+"""Tests for hoplib.lower_bounds.cot: the chain-of-thought format, decoding, training and evaluation (Def. 5.5, Cor.
+5.6)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib.cot import (
+from hoplib.lower_bounds.cot import (
     CHAINS,
     CotConstruction,
     CotTask,
@@ -218,7 +219,7 @@ def test_construction_attends_to_one_key_per_head_and_fails_when_warm() -> None:
 
 @pytest.mark.parametrize("players", [1, 2, 5])
 def test_protocol_outputs_equal_greedy_decoding_and_bits_equal_formula(players: int) -> None:
-    from hoplib.pointer_chasing import Blackboard
+    from hoplib.lower_bounds.communication import Blackboard
 
     torch.manual_seed(1)
     task = CotTask(seq_len=16, alphabet_size=4, max_hops=3, chain="full")

@@ -1,4 +1,5 @@
-"""Tests of hoplib.efficient: the kernel and Longformer reductions (Cor. 5.3, 5.4) and the experiment helpers."""
+"""Tests of hoplib.lower_bounds.efficient: the kernel and Longformer reductions (Cor. 5.3, 5.4) and the experiment
+helpers."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib import attention as attn
-from hoplib import efficient as eff
-from hoplib import pointer_chasing as pc
+from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import efficient as eff
+from hoplib.lower_bounds import efficient_attention as attn
 from hoplib.models import GPT, GPTConfig, gpt_for_task
 from hoplib.tasks import HopTask
 

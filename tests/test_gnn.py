@@ -1,4 +1,5 @@
-"""Tests for hoplib.graphs (instances, serialisation) and hoplib.gnn (locality, exact GNN, log-depth side)."""
+"""Tests for hoplib.lower_bounds.graphs (instances, serialisation) and hoplib.lower_bounds.gnn (locality, exact GNN,
+log-depth side)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib.gnn import (
+from hoplib.lower_bounds.gnn import (
     AGGREGATIONS,
     MessagePassingGNN,
     aggregate,
@@ -32,8 +33,8 @@ from hoplib.gnn import (
     train_gnn,
     train_transformer,
 )
-from hoplib.gnn import depth_sweep as gnn_depth_sweep
-from hoplib.graphs import (
+from hoplib.lower_bounds.gnn import depth_sweep as gnn_depth_sweep
+from hoplib.lower_bounds.graphs import (
     FAMILIES,
     bfs_distances,
     component_size,

@@ -1,4 +1,5 @@
-"""Tests for hoplib.pointer_chasing: Definition E.2, Proposition E.4's encoding, Definition E.1, Corollary 5.2."""
+"""Tests for hoplib.lower_bounds.communication: Definition E.2, Proposition E.4's encoding, Definition E.1,
+Corollary 5.2."""
 
 import math
 
@@ -8,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib import pointer_chasing as pc
-from hoplib import rnn
+from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import rnn
 from hoplib.tasks import find_k, hop, hop_reference
 
 

@@ -1,11 +1,11 @@
-"""Tests for hoplib.pointer_programs: exhaustive searches over lookUp / lastOccurrence programs."""
+"""Tests for hoplib.construction.pointer_programs: exhaustive searches over lookUp / lastOccurrence programs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hoplib.pointer_programs import _Machine, probe_sequences, reachable_hops, search_programs
+from hoplib.construction.pointer_programs import _Machine, probe_sequences, reachable_hops, search_programs
 from hoplib.tasks import find, find_k
 
 

@@ -1,4 +1,5 @@
-"""Tests for hoplib.rnn: the paper's RNN model (Corollary 5.2), trained kinds and hand-built exact hop_k RNNs."""
+"""Tests for hoplib.lower_bounds.rnn: the paper's RNN model (Corollary 5.2), trained kinds and hand-built exact
+hop_k RNNs."""
 
 import math
 
@@ -8,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib import rnn
+from hoplib.lower_bounds import rnn
 from hoplib.tasks import HopTask, hop
 
 
@@ -241,8 +242,8 @@ def test_collapse_of_a_trainable_model_computes_the_same_function():
 
 # --------------------------------------------------------------------------- exercise checkers
 def test_exercise_checkers_accept_right_answers_and_reject_wrong_ones():
-    from hoplib import pointer_chasing as pc
     from hoplib.exercises import rnn as ex
+    from hoplib.lower_bounds import communication as pc
 
     def step(memory, prev, x, y, a):
         memory = list(memory)

@@ -1,4 +1,4 @@
-"""Tests of hoplib.rnn_report: depth thresholds, best errors, the text table and the figure."""
+"""Tests of hoplib.lower_bounds.rnn_report: depth thresholds, best errors, the text table and the figure."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from hoplib import rnn_report  # noqa: E402
+from hoplib.lower_bounds import rnn_report  # noqa: E402
 
 
 def _records():

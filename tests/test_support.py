@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import hoplib
-from hoplib import baselines, device, notebook, provenance
+from hoplib import baselines
+from hoplib._book import device, notebook, provenance
 from hoplib.exercises import check_function
 from hoplib.exercises.tasks import check_find, check_hop
 from hoplib.tasks import HopTask, find, hop, hop_reference

@@ -1,4 +1,4 @@
-"""Tests of hoplib.sweep: grids, profiles, skipping finished runs, resuming interrupted ones, ensembles."""
+"""Tests of hoplib.training.sweep: grids, profiles, skipping finished runs, resuming interrupted ones, ensembles."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import hoplib.train as train_mod
-from hoplib.sweep import AUTHORS_ERRORS, Grid, authors_table, collect, profile, run_name, run_sweep
+from hoplib.training.sweep import AUTHORS_ERRORS, Grid, authors_table, collect, profile, run_name, run_sweep
 
 TINY = dict(seq_len=10, max_hops=2, steps=30, lr=3e-3, warmup_steps=3, batch_size=8, eval_samples=10)
 
@@ -69,7 +69,8 @@ def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tmp_path, monkey
     assert table == ref  # resumed runs give exactly the uninterrupted results
 
     # A finished sweep trains nothing: make training impossible and run it again.
-    monkeypatch.setattr("hoplib.sweep.train_run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    monkeypatch.setattr("hoplib.training.sweep.train_run",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
     assert run_sweep(grid, out, device="cpu", progress=False) == ref
     assert json.loads((out / "table.json").read_text()) == ref
     assert collect(out) == ref
@@ -105,7 +106,7 @@ def test_ensemble_sweep_trains_a_group_of_one_as_a_plain_run(tmp_path):
 
 
 def test_depth_threshold_and_errors_by_depth_on_a_synthetic_table():
-    from hoplib.sweep import depth_threshold, errors_by_depth
+    from hoplib.training.sweep import depth_threshold, errors_by_depth
 
     table = [{"depth": d, "d_model": 8, "n_train": None, "k": k, "metric": "paper", "seed": s,
               "error": 0.0 if k <= d - 2 else 0.5 + 0.1 * s} for d in (2, 3, 4) for k in range(4) for s in (0, 1)]
@@ -117,8 +118,8 @@ def test_depth_threshold_and_errors_by_depth_on_a_synthetic_table():
 
 def test_load_run_restores_the_trained_model(tmp_path):
     from hoplib.evaluate import per_k_error
-    from hoplib.sweep import load_run
     from hoplib.train import task_for
+    from hoplib.training.sweep import load_run
 
     grid = Grid(depths=(2,), widths=((16, 2),), settings=TINY)
     run_sweep(grid, tmp_path, device="cpu", progress=False)
@@ -148,7 +149,7 @@ def test_group_plot_draws_one_line_per_group_and_depth():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hoplib.sweep import plot_error_vs_k_groups
+    from hoplib.training.sweep import plot_error_vs_k_groups
 
     errs = {2: {0: 0.0, 1: 0.2, 2: 0.5}, 3: {0: 0.0, 1: 0.0, 2: 0.3}, 4: {1: 0.0}}
     ax = plot_error_vs_k_groups({"m=16": errs, "m=32": {2: errs[2]}}, plt.figure().gca(), depths=(2, 3), min_k=1)

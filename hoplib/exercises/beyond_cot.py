@@ -1,4 +1,4 @@
-"""Checkers for the chain-of-thought exercises (Definition 5.5, Corollary 5.6; :mod:`hoplib.cot`).
+"""Checkers for the chain-of-thought exercises (Definition 5.5, Corollary 5.6; :mod:`hoplib.lower_bounds.cot`).
 
 * :func:`check_full_chain`: write the full pointer chain of hop_k for a letter sequence, token by token.
 * :func:`check_lookups`: count the dependent lookups each generated token needs, for each chain length.
@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hoplib.cot import CHAINS, CotTask, lookups_per_token
 from hoplib.exercises import CheckResult, check_function
+from hoplib.lower_bounds.cot import CHAINS, CotTask, lookups_per_token
 
 
 def _reference_chain(letters: list[int], k: int) -> list[str]:
@@ -52,7 +52,8 @@ def check_lookups(user_fn: Callable[[int, str], Any]) -> CheckResult:
     """Check ``user_fn(k, chain) -> list of int``: for each generated token (chain, then answer), the number of
     dependent lookups (a search or a fetch) it needs after the token before it.
 
-    Compared with :func:`hoplib.cot.lookups_per_token` for k = 0..12 and every chain of :data:`hoplib.cot.CHAINS`.
+    Compared with :func:`hoplib.lower_bounds.cot.lookups_per_token` for k = 0..12 and every chain of
+    :data:`hoplib.lower_bounds.cot.CHAINS`.
     """
 
     def user(k: int, chain: str) -> list[int]:

@@ -2,7 +2,7 @@
 
 * :func:`check_longformer_mask`: the causal Longformer mask of Corollary 5.4 (0-based positions).
 * :func:`check_longformer_bits`: the number of bits the players post when a Longformer GPT runs as a
-  blackboard protocol (:func:`hoplib.efficient.simulate_longformer_protocol`), measured, not computed.
+  blackboard protocol (:func:`hoplib.lower_bounds.efficient.simulate_longformer_protocol`), measured, not computed.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hoplib import attention as attn
-from hoplib import efficient as eff
-from hoplib import pointer_chasing as pc
 from hoplib.exercises import CheckResult, check_function
+from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import efficient as eff
+from hoplib.lower_bounds import efficient_attention as attn
 from hoplib.models import GPT, GPTConfig
 
 
@@ -32,7 +32,8 @@ def _mask_cases() -> list[tuple[int, int, int | None]]:
 def check_longformer_mask(user_fn: Callable[[int, int, int | None], Any]) -> CheckResult:
     """Check ``user_fn(n, window, global_every)`` -> an n x n 0/1 (or bool) matrix, 1 where query i may attend j.
 
-    Compared with :func:`hoplib.attention.longformer_mask`: 0-based positions, causal, window radius
+    Compared with :func:`hoplib.lower_bounds.efficient_attention.longformer_mask`: 0-based positions, causal, window
+    radius
     ``window``, global positions j = 0 mod ``global_every`` (None: no global positions).
     """
 
@@ -69,9 +70,10 @@ def measured_longformer_bits(n: int, num_players: int, n_layers: int, d_model: i
 def check_longformer_bits(user_fn: Callable[[int, int, int, int, int, int | None], int]) -> CheckResult:
     """Check a formula ``user_fn(n, num_players, n_layers, d_model, window, global_every)`` for the bits posted.
 
-    The reference runs :func:`hoplib.efficient.simulate_longformer_protocol` on a random model and counts the
+    The reference runs :func:`hoplib.lower_bounds.efficient.simulate_longformer_protocol` on a random model and counts
+    the
     bits that P_p, ..., P_2 post (P_1's one answer message is left out). Blocks follow
-    :func:`hoplib.pointer_chasing.block_sizes`.
+    :func:`hoplib.lower_bounds.communication.block_sizes`.
     """
     cases = [(25, 3, 2, 4, 3, 6), (25, 3, 1, 4, 3, None), (17, 4, 2, 2, 6, 4), (12, 2, 1, 4, 0, 5),
              (30, 5, 3, 2, 10, 7), (9, 9, 1, 2, 1, 2), (40, 4, 2, 4, 5, 1), (21, 3, 1, 2, 30, None)]

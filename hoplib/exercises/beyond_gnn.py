@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from hoplib.exercises import CheckResult, check_function
-from hoplib.gnn import doubling_connectivity, exact_reachability_gnn
-from hoplib.graphs import FAMILIES, sample_graphs
+from hoplib.lower_bounds.gnn import doubling_connectivity, exact_reachability_gnn
+from hoplib.lower_bounds.graphs import FAMILIES, sample_graphs
 
 
 def _reach_layer_reference(h: np.ndarray, edges: np.ndarray) -> list[int]:
@@ -55,8 +55,8 @@ def _measured_squarings(family: str, diameter: int) -> int:
 
 def check_squarings(user_count: Callable[[str, int], int]) -> CheckResult:
     """Check ``user_count(family, D)``: the number of squarings of ``R = I + A`` that change R before it
-    stops changing, on :func:`hoplib.graphs.sample_graphs` instances (measured with
-    :func:`hoplib.gnn.doubling_connectivity`)."""
+    stops changing, on :func:`hoplib.lower_bounds.graphs.sample_graphs` instances (measured with
+    :func:`hoplib.lower_bounds.gnn.doubling_connectivity`)."""
     cases = [("path", d) for d in (1, 2, 3, 4, 7, 8, 9, 33)] + [("cycle", d) for d in (2, 5, 16)] + [
         ("tree", d) for d in (2, 6, 17)]
     return check_function(user_count, _measured_squarings, cases, name="your count",

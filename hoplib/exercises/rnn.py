@@ -1,6 +1,6 @@
 """Checkers for the exercises of the chapter on recurrent models and pointer chasing (Section 5, Appendix E).
 
-* :func:`check_hop_step`: one step g_l of the hand-built hop_k RNN (:class:`hoplib.rnn.HopLayer`).
+* :func:`check_hop_step`: one step g_l of the hand-built hop_k RNN (:class:`hoplib.lower_bounds.rnn.HopLayer`).
 * :func:`check_encoding`: an encoding of pointer chasing as hop_k (Proposition E.4), checked by its property.
 * :func:`check_protocol_bits`: the number of bits the depth-k hop RNN posts when run as a protocol.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hoplib import pointer_chasing as pc
-from hoplib import rnn
 from hoplib.exercises import CheckResult, check_function
+from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import rnn
 from hoplib.tasks import hop
 
 
@@ -41,7 +41,7 @@ def check_hop_step(user_fn: Callable[[list[int], int, int, int, int], Any]) -> C
 
     ``memory`` is a list of ``alphabet_size`` values in ``[0, alphabet_size]`` (``alphabet_size`` meaning
     none), ``prev`` the previous symbol (``alphabet_size`` = none), ``x`` the current symbol and ``y`` the
-    previous layer's output at this position. Compared with :meth:`hoplib.rnn.HopLayer.step`.
+    previous layer's output at this position. Compared with :meth:`hoplib.lower_bounds.rnn.HopLayer.step`.
     """
 
     def user(*case: Any) -> Any:
@@ -84,7 +84,8 @@ def check_encoding(user_fn: Callable[[pc.PointerChasingInstance], Any], n_instan
 
 
 def protocol_bits(k: int, q: int) -> int:
-    """Bits posted by :func:`hoplib.pointer_chasing.simulate_rnn_protocol` for ``hop_rnn(k, 2q + 2)``, measured."""
+    """Bits posted by :func:`hoplib.lower_bounds.communication.simulate_rnn_protocol` for ``hop_rnn(k, 2q + 2)``,
+    measured."""
     inst = pc.random_instance(k, q, seed=0)
     x, _ = pc.to_hop_sequence(inst)
     _, bits = pc.simulate_rnn_protocol(rnn.hop_rnn(k, inst.alphabet_size), x, k)

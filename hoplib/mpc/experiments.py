@@ -9,7 +9,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 from hoplib.mpc.layer_sim import AttentionLayer, layer_as_mpc
 from hoplib.mpc.protocols import connected_components_protocol, cycles_instance, hop_protocol
 from hoplib.mpc.routing import RoutingLayer, lemma_slots, minimal_slots, practical_slots

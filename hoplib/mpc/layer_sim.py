@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 from hoplib.mpc.primitives import tree_depth
 from hoplib.mpc.simulator import Message, MPCSimulator, MPCStats, RoundContext, Table
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hoplib._validate import check_int, check_int_array
+from hoplib._book.validate import check_int, check_int_array
 from hoplib.mpc.primitives import _empty, _msg, forward_fill, global_or, lookup, reduce_min, sample_sort
 from hoplib.mpc.simulator import MPCSimulator, MPCStats, RoundContext, Table
 

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hoplib._validate import check_int
-from hoplib.device import get_device
+from hoplib._book.device import get_device
+from hoplib._book.validate import check_int
 from hoplib.mpc.primitives import mix_hash
 
 PIECE_BITS = 16

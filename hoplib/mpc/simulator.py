@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 
 
 class MPCLimitError(Exception):

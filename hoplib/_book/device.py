@@ -12,7 +12,7 @@ import random
 import numpy as np
 import torch
 
-from hoplib._validate import check_choice, check_int
+from hoplib._book.validate import check_choice, check_int
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 

@@ -18,7 +18,7 @@ order is shuffled and each edge is written in a random orientation.
 
 This design makes the locality argument exact: for ``L < D`` the ``L``-hop ball around ``t`` (with the mark of
 ``s`` outside it) has the same distribution in both classes, so any depth-``L`` message-passing GNN read at
-``t`` is at chance (see :mod:`hoplib.gnn`).
+``t`` is at chance (see :mod:`hoplib.lower_bounds.gnn`).
 
 **Serialisation** (:func:`serialise`): the token sequence of one instance is ::
 
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hoplib._validate import check_choice, check_int
-from hoplib.device import get_device
+from hoplib._book.device import get_device
+from hoplib._book.validate import check_choice, check_int
 
 FAMILIES = ("path", "cycle", "tree")
 

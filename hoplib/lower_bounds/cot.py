@@ -66,8 +66,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib._validate import check_choice, check_int
-from hoplib.device import autocast, get_device
+from hoplib._book.device import autocast, get_device
+from hoplib._book.validate import check_choice, check_int
 from hoplib.tasks import HopTask, find_k, hop
 
 __all__ = [
@@ -512,7 +512,7 @@ def simulate_cot_protocol(model: nn.Module, prompt: torch.Tensor, n_new: int, nu
                           blackboard: Any = None) -> tuple[list[int], torch.Tensor, int]:
     """Run greedy decoding of a ONE-layer :class:`hoplib.models.GPT` as the blackboard protocol of Cor. 5.6.
 
-    The prompt (1-D ids) is cut into ``num_players`` blocks (:func:`hoplib.pointer_chasing.block_sizes`), P_p
+    The prompt (1-D ids) is cut into ``num_players`` blocks (:func:`hoplib.lower_bounds.communication.block_sizes`), P_p
     holding the leftmost, P_1 the rightmost. Generated tokens and the prompt's last token (the query of the
     first round; in Proposition E.4's instances it is the fixed start vertex) are public. Round r produces
     generated token r: P_p, ..., P_2 each post, for every head, the softmax statistics of the current query
@@ -523,8 +523,8 @@ def simulate_cot_protocol(model: nn.Module, prompt: torch.Tensor, n_new: int, nu
     Returns ``(tokens, last_logits, bits)``: the generated tokens (equal to :func:`greedy_decode`), the logits
     of the last round, and the exact number of bits posted (:func:`cot_protocol_bits`).
     """
+    from hoplib.lower_bounds.communication import Blackboard, bits_to_int, block_sizes, int_to_bits, run_protocol
     from hoplib.models import GPT
-    from hoplib.pointer_chasing import Blackboard, bits_to_int, block_sizes, int_to_bits, run_protocol
 
     if not isinstance(model, GPT):
         raise TypeError(f"model must be a hoplib.models.GPT, got {type(model).__name__}")

@@ -5,7 +5,7 @@ g_l(Z^{l-1}_i, H^l_{i-1}) with H^l_0 = 0, Z^0 = X and output Y = Z^L. Every mode
 :class:`RecurrentStack`: a token-wise ``embed``, a list of :class:`RecurrentLayer` (each one g_l, with a
 state that can be written as bits and read back exactly) and a token-wise ``readout``. Token-wise maps
 (embeddings, residual connections, norms, MLPs) can be folded into g_l, so these are all RNNs of the
-paper's kind, and :func:`hoplib.pointer_chasing.simulate_rnn_protocol` runs any of them as a protocol.
+paper's kind, and :func:`hoplib.lower_bounds.communication.simulate_rnn_protocol` runs any of them as a protocol.
 
 Trained models (``forward(ids: (B, T)) -> logits (B, T, C)``, the interface of :mod:`hoplib.train`):
 
@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib._validate import check_choice, check_int, check_int_array
+from hoplib._book.validate import check_choice, check_int, check_int_array
 from hoplib.tasks import NO_ANSWER, hop
 
 State = tuple[torch.Tensor, ...]
@@ -292,7 +292,7 @@ class RecurrentStack(nn.Module):
     def __init__(self, embed: nn.Module, layers: list[RecurrentLayer], readout: nn.Module):
         super().__init__()
         if not all(isinstance(layer, RecurrentLayer) for layer in layers):
-            raise TypeError("layers must all be hoplib.rnn.RecurrentLayer instances")
+            raise TypeError("layers must all be hoplib.lower_bounds.rnn.RecurrentLayer instances")
         self.embed = embed
         self.layers = nn.ModuleList(layers)
         self.readout = readout
@@ -533,7 +533,7 @@ class CollapsedLayer(RecurrentLayer):
     def __init__(self, layers: list[RecurrentLayer]):
         super().__init__()
         if not layers or not all(isinstance(layer, RecurrentLayer) for layer in layers):
-            raise TypeError("layers must be a non-empty list of hoplib.rnn.RecurrentLayer")
+            raise TypeError("layers must be a non-empty list of hoplib.lower_bounds.rnn.RecurrentLayer")
         self.inner = nn.ModuleList(layers)
 
     def state_bits(self) -> int:

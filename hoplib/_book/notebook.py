@@ -2,7 +2,7 @@
 
 A chapter's ``parameters`` cell holds ``profile``, ``device``, ``seed`` and ``out_dir``; the next cell calls
 :func:`start` with the chapter's profile table, which validates them, resolves the device in one place
-(:func:`hoplib.device.get_device`), seeds every generator and prints one line of provenance. Results go
+(:func:`hoplib._book.device.get_device`), seeds every generator and prints one line of provenance. Results go
 through :meth:`ChapterRun.save`, which writes a JSON file with provenance when ``out_dir`` is set (the
 papermill runner sets it) and writes nothing during the book build.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 import hoplib
-from hoplib._validate import check_choice, check_int
-from hoplib.device import get_device, seed_everything
-from hoplib.provenance import save_results
+from hoplib._book.device import get_device, seed_everything
+from hoplib._book.provenance import save_results
+from hoplib._book.validate import check_choice, check_int
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Reports of depth sweeps (``hoplib.rnn.depth_sweep`` records): figures, tables and depth thresholds.
+"""Reports of depth sweeps (``hoplib.lower_bounds.rnn.depth_sweep`` records): figures, tables and depth thresholds.
 
 A record is a dict with at least ``kind``, ``depth``, ``d_model``, ``k``, ``error`` and ``params`` (one per
 model and hop count), as the RNN chapter's sweeps of GRU, LSTM, Mamba-style and transformer models write them.

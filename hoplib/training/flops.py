@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 
 if TYPE_CHECKING:
     from hoplib.models import GPT, GPTConfig, GPTEnsemble

@@ -13,7 +13,7 @@ The pieces of the paper's lower bound for multi-layer RNNs (Corollary 5.2), each
 * :func:`pointer_chasing_players`: two protocols for pointer chasing, one with k rounds of about log q bits
   and one with a single round of q bits, the two sides of Proposition E.3 (R >= k or s = Omega(q / k^5)).
 * :func:`simulate_rnn_protocol`: the reduction of Corollary 5.2. Any multi-layer recurrent model of
-  :mod:`hoplib.rnn` becomes an L-round protocol: in round l each player runs layer l on its block, starting
+  :mod:`hoplib.lower_bounds.rnn` becomes an L-round protocol: in round l each player runs layer l on its block, starting
   from the state the previous player posted, and posts its own final state. Every bit that crosses from one
   player to the next goes through the blackboard, and the count of those bits is exact.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hoplib._validate import check_choice, check_int, check_int_array
+from hoplib._book.validate import check_choice, check_int, check_int_array
 
 # --------------------------------------------------------------------------- Definition E.2
 
@@ -387,7 +387,8 @@ def simulate_rnn_protocol(model: torch.nn.Module, x: np.ndarray | torch.Tensor, 
                           blackboard: Blackboard | None = None) -> tuple[torch.Tensor, int]:
     """Run a multi-layer recurrent model as the blackboard protocol of Corollary 5.2's proof.
 
-    ``model`` is a :class:`hoplib.rnn.RecurrentStack` (token-wise ``embed``, recurrent ``layers``, token-wise
+    ``model`` is a :class:`hoplib.lower_bounds.rnn.RecurrentStack` (token-wise ``embed``, recurrent ``layers``,
+    token-wise
     ``readout``); ``x`` a 1-D sequence of ids. The sequence is cut into ``num_players`` contiguous blocks
     (:func:`block_sizes`), P_p holding the leftmost and P_1 the rightmost. Each player embeds its block. In
     round l = 1..L, P_p, ..., P_1 in turn read the previous player's final layer-l state from the blackboard
@@ -398,10 +399,12 @@ def simulate_rnn_protocol(model: torch.nn.Module, x: np.ndarray | torch.Tensor, 
     Returns ``(output, bits)``: P_1's output vector Y_N (the logits at the last position, which equal
     ``model(x)[-1]``) and the exact number of bits posted. Pass a :class:`Blackboard` to keep the transcript.
     """
-    from hoplib.rnn import RecurrentStack  # local import: hoplib.rnn imports nothing from here
+    from hoplib.lower_bounds.rnn import (
+        RecurrentStack,  # local import: hoplib.lower_bounds.rnn imports nothing from here
+    )
 
     if not isinstance(model, RecurrentStack):
-        raise TypeError(f"model must be a hoplib.rnn.RecurrentStack, got {type(model).__name__}")
+        raise TypeError(f"model must be a hoplib.lower_bounds.rnn.RecurrentStack, got {type(model).__name__}")
     check_int_array("x", x)
     if x.ndim != 1:
         raise ValueError(f"x must be a 1-D sequence of ids, got shape {tuple(x.shape)}")

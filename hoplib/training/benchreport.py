@@ -3,7 +3,7 @@
 The files are written by ``benchmarks/bench_train.py`` (CPU: our training step against HuggingFace's
 ``GPT2Model`` fed by a per-sample Python generator) and ``benchmarks/bench_gpu.py`` (GPU: steps per second on
 the paper grid, share of the bf16 peak, projected wall time of the grid), both through
-:func:`hoplib.provenance.save_results`. Every line names the commit and date it was measured at.
+:func:`hoplib._book.provenance.save_results`. Every line names the commit and date it was measured at.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 def _check_record(record: Any) -> dict[str, Any]:
     if not isinstance(record, dict) or not {"data", "provenance", "parameters"} <= set(record):
-        raise ValueError("record must be a results file read by hoplib.provenance.load_results "
+        raise ValueError("record must be a results file read by hoplib._book.provenance.load_results "
                          "(keys 'data', 'provenance', 'parameters')")
     return record
 

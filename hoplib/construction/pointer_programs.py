@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 from hoplib.tasks import hop
 
 __all__ = ["SearchResult", "probe_sequences", "reachable_hops", "search_programs"]

@@ -15,7 +15,7 @@ softmax(q k^T / sqrt(d)), q and k are each multiplied by d^{-1/4} first. Causal 
     y_i = phi(q_i) . S_i / phi(q_i) . z_i,   S_i = sum_{j<=i} phi(k_j) v_j^T (m' x d),   z_i = sum_{j<=i} phi(k_j)
 
 is computed two ways that agree: :func:`kernel_attention_prefix` runs the prefix sums left to right (linear
-time; the running state (S, z) is what a player posts in the reduction of :mod:`hoplib.efficient`), and
+time; the running state (S, z) is what a player posts in the reduction of :mod:`hoplib.lower_bounds.efficient`), and
 :func:`kernel_attention_weights` builds the T x T matrix of normalised weights (quadratic; it returns the
 attention map and is what the model uses in training, where T <= 100).
 
@@ -39,7 +39,7 @@ import math
 
 import torch
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 
 # --------------------------------------------------------------------------- random features (FAVOR+)
 
@@ -152,7 +152,7 @@ def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f
     phi~(q_i) . S / phi~(q_i) . z. The state ``(S, z, M)`` has shapes (..., m', d_v), (..., m'), (...): the
     running sums of Corollary 5.3's proof (stabilised by the running key maximum M, which is part of the
     state). Pass the state returned for a prefix to continue on the next block: this is how the players of
-    :func:`hoplib.efficient.simulate_kernel_protocol` split the sequence. Equals
+    :func:`hoplib.lower_bounds.efficient.simulate_kernel_protocol` split the sequence. Equals
     ``kernel_attention_weights(q, k, features) @ v`` up to float rounding.
     """
     _check_qkv(q, k, v, features)

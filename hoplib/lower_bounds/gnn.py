@@ -1,5 +1,5 @@
 """Message-passing GNNs versus transformers on graph connectivity (Theorem 5.1 and Corollaries 3.3 / 3.5 of
-the paper), on the two-component instances of :mod:`hoplib.graphs`.
+the paper), on the two-component instances of :mod:`hoplib.lower_bounds.graphs`.
 
 **The GNN** (:class:`MessagePassingGNN`): node features (the one-hot marks of ``s`` and ``t``, optionally
 ``n_random`` random normal features per node that make nodes distinguishable beyond 1-WL symmetry) are embedded
@@ -45,9 +45,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib._validate import check_choice, check_int
-from hoplib.device import autocast, get_device
-from hoplib.graphs import (
+from hoplib._book.device import autocast, get_device
+from hoplib._book.validate import check_choice, check_int
+from hoplib.lower_bounds.graphs import (
     FAMILIES,
     GraphBatch,
     bfs_distances,
@@ -144,7 +144,7 @@ def exact_reachability_gnn(depth: int, aggregation: str = "max", *, in_features:
     """A hand-set :class:`MessagePassingGNN` of width 1 computing reachability from the marked node ``s``:
     ``h_v <- min(1, K (h_v + AGG h_u))`` with ``K = 1`` (sum, max) or ``K = max_degree`` (mean), so after L
     layers ``h_v = 1`` iff ``dist(s, v) <= L``; it answers "connected" at t iff ``h_t > 1/2``. Feature 0 must be
-    the mark of s (as in :func:`hoplib.graphs.node_features`); other features are ignored."""
+    the mark of s (as in :func:`hoplib.lower_bounds.graphs.node_features`); other features are ignored."""
     aggregation = check_choice("aggregation", aggregation, AGGREGATIONS)
     k = float(check_int("max_degree", max_degree, low=1)) if aggregation == "mean" else 1.0
     model = MessagePassingGNN(in_features, 1, depth, aggregation=aggregation, hidden=2, residual=False)
@@ -212,7 +212,7 @@ def move_source_to_other_component(batch: GraphBatch) -> GraphBatch:
 
 
 def gnn_accuracy_bound(diameter: int, depth: int, p_connected: float = 0.5) -> float:
-    """Largest accuracy of any depth-``depth`` message-passing GNN read at t on :func:`hoplib.graphs.
+    """Largest accuracy of any depth-``depth`` message-passing GNN read at t on :func:`hoplib.lower_bounds.graphs.
     sample_graphs` instances of diameter ``diameter``: ``max(p, 1 - p)`` if ``depth < diameter`` (the t-ball has
     the same distribution in both classes), else 1 (reached by :func:`exact_reachability_gnn`)."""
     d = check_int("diameter", diameter, low=1)
@@ -369,7 +369,7 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
                       steps: int = 300, batch_size: int = 64, lr: float = 1e-3, seed: int = 0, eval_size: int = 512,
                       weight_decay: float = 0.01, marks: bool = False, device: str | torch.device = "cpu") -> dict:
     """Train a :class:`hoplib.models.GPT` of depth ``depth`` on the serialised instances
-    (:func:`hoplib.graphs.serialise`; loss and answer at the final END token, 2 classes); return its test
+    (:func:`hoplib.lower_bounds.graphs.serialise`; loss and answer at the final END token, 2 classes); return its test
     accuracy on ``eval_size`` held-out instances. ``marks=True`` writes the marks of s and t into every
     occurrence of their tokens (the information the GNN gets as node features)."""
     _check_train(family, diameter, depth, steps, batch_size, lr, seed, eval_size)

@@ -1,15 +1,16 @@
 """Kernel and Longformer attention as blackboard protocols, and depth experiments (Section 5.1, Cor. 5.3, 5.4).
 
 The lower bounds of Corollaries 5.3 and 5.4 come from the same reduction as the RNN bound (Corollary 5.2,
-:func:`hoplib.pointer_chasing.simulate_rnn_protocol`): cut the input into contiguous blocks held by players
+:func:`hoplib.lower_bounds.communication.simulate_rnn_protocol`): cut the input into contiguous blocks held by players
 P_p, ..., P_1 (P_p leftmost), let round l compute layer l, and count what the players must post so that
 everyone can finish the layer on their own block. This module runs both reductions on real
-:class:`hoplib.models.GPT` models, with exact bit accounting on a :class:`hoplib.pointer_chasing.Blackboard`:
+:class:`hoplib.models.GPT` models, with exact bit accounting on a :class:`hoplib.lower_bounds.communication.Blackboard`:
 
 * :func:`simulate_kernel_protocol` (Corollary 5.3): kernel attention's causal prefix sums S = sum phi(k_j)
   v_j^T (m' x d_head per head) and z = sum phi(k_j) are all that crosses a block boundary, so in round l each
   player continues the sums from the previous player's post over its own block
-  (:func:`hoplib.attention.kernel_attention_prefix`) and posts them: H (m'(d_head + 1) + 1) float32 numbers
+  (:func:`hoplib.lower_bounds.efficient_attention.kernel_attention_prefix`) and posts them: H (m'(d_head + 1) + 1)
+  float32 numbers
   (the +1 is the stabiliser's running maximum), independent of N.
 * :func:`simulate_longformer_protocol` (Corollary 5.4): a query at position i only sees keys in
   [i - w, i] and the global positions j = 0 (mod g), so in round l each player posts the layer-(l-1)
@@ -20,7 +21,7 @@ Each returns ``(output, bits)``: P_1's logits at the last position, equal to ``m
 rounding, and the bits posted, which :func:`kernel_protocol_bits` and :func:`longformer_protocol_bits`
 predict exactly. :func:`kernel_paper_scale` and :func:`longformer_paper_scale` give the message sizes the
 corollaries name (m m' H p and (w + N/(g k)) m H p), to compare with N / k^6
-(:func:`hoplib.pointer_chasing.lower_bound_scale`).
+(:func:`hoplib.lower_bounds.communication.lower_bound_scale`).
 
 The second half trains small GPTs with softmax, Performer and Longformer attention at equal depth and width
 on multi-task hop_k (:func:`attention_sweep`, with :func:`hoplib.train.fit` and
@@ -42,9 +43,9 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from hoplib import attention as attn
-from hoplib import pointer_chasing as pc
-from hoplib._validate import check_choice, check_int, check_int_array
+from hoplib._book.validate import check_choice, check_int, check_int_array
+from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import efficient_attention as attn
 from hoplib.models import GPT, GPTConfig, count_parameters, gpt_for_task
 
 KINDS = ("softmax", "performer", "longformer")
@@ -142,11 +143,13 @@ def simulate_kernel_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_playe
                              blackboard: pc.Blackboard | None = None) -> tuple[torch.Tensor, int]:
     """Run a Performer GPT (kernel attention) as the blackboard protocol of Corollary 5.3's proof.
 
-    ``x`` (1-D ids) is cut into ``num_players`` contiguous blocks (:func:`hoplib.pointer_chasing.block_sizes`),
+    ``x`` (1-D ids) is cut into ``num_players`` contiguous blocks
+    (:func:`hoplib.lower_bounds.communication.block_sizes`),
     P_p leftmost, P_1 rightmost. Round l = layer l: P_p, ..., P_1 in turn read the previous player's post of
     this round (the stabilised running sums (S, z, M) per head after all earlier positions, float32 bits),
     continue kernel attention over their own block with
-    :func:`hoplib.attention.kernel_attention_prefix`, finish the layer (projection, residual, MLP) on their
+    :func:`hoplib.lower_bounds.efficient_attention.kernel_attention_prefix`, finish the layer (projection, residual,
+    MLP) on their
     block, and, except P_1, post the new running sums: heads * (m'(d_head + 1) + 1) * 32 bits. In the last
     round P_1 applies the final LayerNorm and head at its last position and posts the argmax class
     (ceil(log2 C) bits). Returns ``(logits at the last position, bits posted)``; the logits equal
@@ -262,7 +265,8 @@ def simulate_longformer_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_p
     every player reads everything posted so far in this round, which contains every key position its queries
     may attend outside its block (the window reaching back w positions, possibly across several players, and
     all earlier global positions), computes layer l on its block (masked softmax over those keys and its own
-    block, with the mask of :func:`hoplib.attention.longformer_mask`), and keeps the result. In the last round
+    block, with the mask of :func:`hoplib.lower_bounds.efficient_attention.longformer_mask`), and keeps the result. In
+    the last round
     P_1 posts the argmax class. Returns ``(logits at the last position, bits posted)``.
     """
     model, xt, starts, p = _prepare(model, x, num_players, "longformer")

@@ -22,7 +22,7 @@ the current letter among previous letters, Lemma D.2 with the wrap-around fixed 
 score); it stores the pointer P = find¹ and leaves the accumulator A = identity. Each later layer is one lookUp
 at P: P <- P∘P (doubling) and, depending on the binary expansion of k, A <- A∘P or A <- P∘P or A kept. This
 gives L = ⌈log₂ k⌉ + 2 layers, which is the paper's ⌊log₂ k⌋ + 2 only when k is a power of two (see
-:mod:`hoplib.pointer_programs` for why one lookUp per layer cannot do better).
+:mod:`hoplib.construction.pointer_programs` for why one lookUp per layer cannot do better).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hoplib._validate import check_int
+from hoplib._book.validate import check_int
 from hoplib.tasks import NO_ANSWER, HopTask, hop
 
 __all__ = [
@@ -820,7 +820,7 @@ def precision_study(ns: list[int], dtypes: tuple[torch.dtype, ...] = (torch.floa
     least 1). A ``c_min`` of ``inf`` means no inverse temperature up to ``hi`` is exact: finite precision broke
     the construction. Runs on ``device`` (default CPU; data generated there).
     """
-    from hoplib.device import get_device
+    from hoplib._book.device import get_device
 
     if not isinstance(ns, (list, tuple)) or not ns:
         raise TypeError("ns must be a non-empty list of sequence lengths")
@@ -854,7 +854,7 @@ def _main(argv: list[str] | None = None) -> None:
     import argparse
     import time
 
-    from hoplib.provenance import save_results
+    from hoplib._book.provenance import save_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["precision", "search"])
@@ -877,7 +877,7 @@ def _main(argv: list[str] | None = None) -> None:
             save_results(args.out, data, params, args.device, time.time() - t0)
         return
     else:
-        from hoplib.pointer_programs import search_programs
+        from hoplib.construction.pointer_programs import search_programs
 
         res = search_programs(args.max_layers, ks=range(1, 9), n_seq=24, n=20)
         data = {"found": {str(d): sorted(v) for d, v in res.found.items()},

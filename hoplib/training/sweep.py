@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
-from hoplib._validate import check_choice
-from hoplib.device import get_device
-from hoplib.provenance import atomic_write_text
+from hoplib._book.device import get_device
+from hoplib._book.provenance import atomic_write_text
+from hoplib._book.validate import check_choice
 from hoplib.train import (
     RUN_KEYS,
     default_run_config,
@@ -162,7 +162,7 @@ def _run_ensembles(todo: list[dict[str, Any]], out: Path, *, device, progress: b
                                       weight_decay=c0["weight_decay"], device=dev, progress=progress,
                                       compile=compile, checkpoint=ck, checkpoint_every=checkpoint_every)
         for c, model, hist in zip(configs, trained, hists, strict=True):
-            rec = results_record(model, task, hist, c, dev, command=f"hoplib.sweep ensemble of {len(configs)}",
+            rec = results_record(model, task, hist, c, dev, command=f"hoplib.training.sweep ensemble of {len(configs)}",
                                  ensemble_size=len(configs))
             write_run(out / run_name(c), model, rec)
 
@@ -327,7 +327,7 @@ def plot_error_heatmap(errors: dict[int, dict[int, float]], ax=None, *, title: s
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    p = argparse.ArgumentParser(prog="python -m hoplib.sweep", description="Run a profile's grid, resumably.")
+    p = argparse.ArgumentParser(prog="python -m hoplib.training.sweep", description="Run a profile's grid, resumably.")
     p.add_argument("--profile", choices=PROFILES, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
