@@ -1,14 +1,14 @@
 """GPU training throughput on the paper's grid (Section 4.2, Appendix G): steps/s, TFLOP/s, share of bf16 peak.
 
-For every architecture of ``hoplib.training.sweep.profile("paper")`` (L = 2..6, (m, H) in {(128, 4), (256, 8)}, N = 100,
-batch 32, the authors' LayerNorm head, dropout 0.1; models built by ``hoplib.train.model_for`` as the sweep
-builds them) it times real training steps of ``hoplib.train.fit`` (one model; bf16 autocast on CUDA happens
-inside) and of ``hoplib.train.fit_ensemble`` (E stacked models), after a warm-up call, from the training loop's
-own clock (which ends on a host copy of the losses, i.e. after the GPU has finished). Fresh samples every step
-(the costlier data regime). Then, as the budget allows: E models side by side in P processes (each its own
-``fit_ensemble``, timed together after a file barrier), ``fit(fused=True)`` (CUDA: AdamW's fused kernel) and
-``fit(compile=True)``. ``hoplib.training.sweep --ensemble`` trains a group of one model (m = 256 in the paper grid) with
-``fit``, so such groups are projected at ``fit``'s speed.
+For every architecture of ``hoplib.training.sweep.grid("paper")`` (L = 2..6, (m, H) in {(128, 4), (256, 8)}, N = 100,
+batch 32, the authors' LayerNorm head, dropout 0.1; models built by ``RunConfig.init_model`` as the sweep
+builds them) it times real training steps of ``hoplib.train.fit`` (one model; bf16 autocast and, on CUDA,
+AdamW's fused kernel happen inside) and of ``hoplib.train.fit_ensemble`` (E stacked models), after a warm-up
+call, from the training loop's own clock (which ends on a host copy of the losses, i.e. after the GPU has
+finished). Fresh samples every step (the costlier data regime). Then, as the budget allows: E models side by
+side in P processes (each its own ``fit_ensemble``, timed together after a file barrier) and
+``fit(compile=True)``. ``hoplib.training.sweep --ensemble`` trains a group of one model (m = 256 in the paper grid)
+with ``fit``, so such groups are projected at ``fit``'s speed.
 
 Per measurement: steps/s per model, model-steps/s (= E x steps/s, summed over processes), TFLOP/s from
 :func:`hoplib.training.flops.train_flops_per_step` (matrix products only) and that as a fraction of the GPU's dense bf16
@@ -27,6 +27,7 @@ time limit keeps what it measured (``"complete": false``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -40,9 +41,10 @@ import torch
 from hoplib._book.device import get_device
 from hoplib._book.provenance import save_results
 from hoplib.models import count_parameters
-from hoplib.train import fit, fit_ensemble, model_for, task_for
+from hoplib.train import RunConfig, fit, fit_ensemble
+from hoplib.training import sweep
 from hoplib.training.flops import train_flops_per_step
-from hoplib.training.sweep import Grid, profile
+from hoplib.training.sweep import Grid
 
 ROOT = Path(__file__).resolve().parents[1]
 # Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s from NVIDIA's datasheets (which quote sparse
@@ -84,29 +86,28 @@ def matmul_tflops(dev: torch.device, n: int, repeats: int) -> dict:
             "tflops": 2 * n**3 * repeats / sec / 1e12}
 
 
-def run_configs(c0: dict, e: int) -> list[dict]:
+def run_configs(c0: RunConfig, e: int) -> list[RunConfig]:
     """E run configurations of c0's architecture: seeds 0..E-1, fresh samples every step."""
-    return [dict(c0, seed=j, n_train=None) for j in range(e)]
+    return [c0.replace(seed=j, n_train=None) for j in range(e)]
 
 
-def time_training(c0: dict, e: int, dev: torch.device, warmup: int, steps: int | None, target_s: float,
+def time_training(c0: RunConfig, e: int, dev: torch.device, warmup: int, steps: int | None, target_s: float,
                   kind: str = "ensemble") -> dict:
-    """Train c0's architecture: ``fit`` (kind "fit", "fit_fused", "fit_compiled"; E = 1) or ``fit_ensemble``.
+    """Train c0's architecture: ``fit`` (kind "fit", "fit_compiled"; E = 1) or ``fit_ensemble``.
     A warm-up call of ``warmup`` steps, then a timed call of ``steps`` (None: enough for about ``target_s``)."""
-    task = task_for(c0)
+    task = c0.task
     configs = run_configs(c0, e)
-    models = [model_for(c, task, dev) for c in configs]
-    common = dict(batch_size=c0["batch_size"], lr=c0["lr"], warmup_steps=c0["warmup_steps"], device=dev,
-                  progress=False)
+    models = [c.init_model(dev) for c in configs]
 
     def train(n: int) -> float:
         nonlocal models
         sync(dev)
+        trains = [dataclasses.replace(c.train, steps=n) for c in configs]
         if kind == "ensemble":
-            models, hists = fit_ensemble(models, task, steps=n, seeds=[c["seed"] for c in configs], **common)
+            models, hists = fit_ensemble(models, task, trains, device=dev, progress=False)
             return hists[0]["wall_time_s"]
-        return fit(models[0], task, steps=n, compile=kind == "fit_compiled", fused=kind == "fit_fused",
-                   **common)["wall_time_s"]
+        return fit(models[0], task, trains[0], device=dev, progress=False,
+                   compile=kind == "fit_compiled")["wall_time_s"]
 
     t0 = time.perf_counter()
     warm = train(warmup)  # one-off costs: lazy initialisation, cuBLAS handles, compilation
@@ -125,7 +126,7 @@ def worker(spec: dict) -> None:
     """One of P processes: warm up, wait at the file barrier for the others, then time (prints one JSON line)."""
     dev = get_device(spec["device"])
     torch.set_num_threads(spec["threads"])  # as many as the parent process uses
-    c0 = spec["config"]
+    c0 = RunConfig.from_dict(spec["config"])
     kind = "ensemble" if spec["E"] > 1 else "fit"
     time_training(c0, spec["E"], dev, spec["warmup"], 2, 0.0, kind)  # pays the one-offs before the barrier
     Path(spec["barrier"], f"ready{spec['rank']}").touch()
@@ -137,11 +138,11 @@ def worker(spec: dict) -> None:
     print("RESULT " + json.dumps(time_training(c0, spec["E"], dev, 1, spec["steps"], 0.0, kind)), flush=True)
 
 
-def time_processes(c0: dict, e: int, p: int, dev: torch.device, warmup: int, steps: int, timeout: float) -> dict:
+def time_processes(c0: RunConfig, e: int, p: int, dev: torch.device, warmup: int, steps: int, timeout: float) -> dict:
     """P processes, each training an ensemble of E models of c0's architecture at the same time."""
     with tempfile.TemporaryDirectory() as barrier:
-        spec = {"config": c0, "E": e, "device": dev.type, "warmup": warmup, "steps": steps, "barrier": barrier,
-                "P": p, "threads": torch.get_num_threads()}
+        spec = {"config": c0.to_dict(), "E": e, "device": dev.type, "warmup": warmup, "steps": steps,
+                "barrier": barrier, "P": p, "threads": torch.get_num_threads()}
         procs = [subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(dict(spec, rank=r))],
                                   stdout=subprocess.PIPE, text=True) for r in range(p)]
         try:
@@ -159,20 +160,23 @@ def time_processes(c0: dict, e: int, p: int, dev: torch.device, warmup: int, ste
             "steps_per_s": sum(rates) / p, "model_steps_per_s": e * sum(rates)}
 
 
-def annotate(m: dict, c0: dict, peaks: dict) -> dict:
+def annotate(m: dict, c0: RunConfig, peaks: dict) -> dict:
     """Add architecture, model-steps/s, FLOPs and TFLOP/s, and the fractions of the two peaks."""
-    model = model_for(dict(c0, seed=0), task_for(c0), torch.device("cpu"))
-    m.update(depth=c0["depth"], d_model=c0["d_model"], heads=c0["heads"], parameters=count_parameters(model))
+    model = c0.replace(seed=0).init_model("cpu")
+    m.update(depth=c0.depth, d_model=c0.d_model, heads=c0.heads, parameters=count_parameters(model))
     m.setdefault("model_steps_per_s", m["E"] * m["steps_per_s"])
-    m["flops_per_model_step"] = train_flops_per_step(model.config, c0["batch_size"], task_for(c0).length)
+    m["flops_per_model_step"] = train_flops_per_step(model.config, c0.train.batch_size, c0.task.length)
     m["tflops"] = m["flops_per_model_step"] * m["model_steps_per_s"] / 1e12
     for which in ("datasheet", "measured"):
         m[f"fraction_of_{which}_peak"] = m["tflops"] / peaks[which] if peaks[which] else None
     return m
 
 
-def arch(c: dict) -> tuple[int, int, int]:
-    return c["depth"], c["d_model"], c["heads"]
+def arch(c: RunConfig | dict) -> tuple[int, int, int]:
+    """(depth, d_model, heads) of a run configuration or of a measurement."""
+    if isinstance(c, dict):
+        return c["depth"], c["d_model"], c["heads"]
+    return c.depth, c.d_model, c.heads
 
 
 def projection(grid: Grid, meas: list[dict]) -> dict:
@@ -182,7 +186,7 @@ def projection(grid: Grid, meas: list[dict]) -> dict:
     for c in configs:
         groups.setdefault(arch(c), []).append(c)
     rate = {(m["kind"], arch(m), m["E"], m["processes"]): m["steps_per_s"] for m in meas}
-    out = {"runs": len(configs), "steps_per_run": sorted({c["steps"] for c in configs}),
+    out = {"runs": len(configs), "steps_per_run": sorted({c.train.steps for c in configs}),
            "groups": {f"L{a[0]}_m{a[1]}_H{a[2]}": len(g) for a, g in groups.items()}}
 
     def total(times: list[float | None]) -> dict:
@@ -190,12 +194,12 @@ def projection(grid: Grid, meas: list[dict]) -> dict:
             return {"seconds": None, "hours": None, "note": "some architectures were not measured"}
         return {"seconds": sum(times), "hours": sum(times) / 3600}
 
-    for kind in ("fit", "fit_fused", "fit_compiled"):  # the sweep without --ensemble (--compile: last)
+    for kind in ("fit", "fit_compiled"):  # the sweep without --ensemble (--compile: last)
         if kind == "fit" or all((kind, a, 1, 1) in rate for a in groups):
-            out["one_at_a_time" + kind[3:]] = total([c["steps"] / rate[k] if (k := (kind, arch(c), 1, 1)) in rate
-                                                     else None for c in configs])
+            out["one_at_a_time" + kind[3:]] = total([c.train.steps / rate[k] if (k := (kind, arch(c), 1, 1))
+                                                     in rate else None for c in configs])
     # A group of one model is trained by fit (hoplib.training.sweep routes it to train_run).
-    group_s = {a: (g[0]["steps"] / rate[k] if (k := ("ensemble" if len(g) > 1 else "fit", a, len(g), 1)) in rate
+    group_s = {a: (g[0].train.steps / rate[k] if (k := ("ensemble" if len(g) > 1 else "fit", a, len(g), 1)) in rate
                    else None) for a, g in groups.items()}
     out["ensemble_per_architecture"] = total(list(group_s.values()))
     for m in (m for m in meas if m["kind"] == "processes" and None not in group_s.values()):
@@ -210,7 +214,7 @@ def projection(grid: Grid, meas: list[dict]) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> dict | None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     p.add_argument("--out", default=None, help="results file (default results/training/bench_gpu_<device>.json; "
@@ -223,28 +227,22 @@ def main(argv: list[str] | None = None) -> dict | None:
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="time fit(compile=True) "
                                                                                     "(auto: on CUDA only)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
-    if a.worker is not None:
-        return worker(json.loads(a.worker))
-    t_start = time.perf_counter()
-    dev = get_device(a.device)
-    grid = TINY_GRID if a.tiny else profile("paper")
-    sizes = [int(v) for v in (a.ensembles or ("2" if a.tiny else "3,8")).split(",")]
-    n_procs = [int(v) for v in (a.processes or ("2" if a.tiny else "2,4")).split(",")]
-    warmup, target_s = (2, 0.2) if a.tiny else (20, 1.5)
-    out = Path(a.out) if a.out else (Path(tempfile.gettempdir()) / f"bench_gpu_tiny_{dev.type}.json" if a.tiny
-                                     else ROOT / "results" / "training" / f"bench_gpu_{dev.type}.json")
+    return p
+
+
+def gpu_info(dev: torch.device) -> dict:
+    """Device, torch and CUDA versions, and on CUDA the GPU's name, memory, capability and SM count."""
     info = {"device": dev.type, "torch": torch.__version__, "cuda": torch.version.cuda}
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         info.update(name=props.name, memory_gib=props.total_memory / 2**30, capability=f"{props.major}.{props.minor}",
                     multiprocessors=props.multi_processor_count, cudnn=torch.backends.cudnn.version())
-    entry, sheet = datasheet_peak(info.get("name", ""))
-    mm = matmul_tflops(dev, 256 if a.tiny or dev.type == "cpu" else 8192, 5 if a.tiny else 50)
-    peaks = {"datasheet": sheet, "datasheet_entry": entry, "measured": mm["tflops"], "matmul": mm}
-    print(f"{info}\npeak: datasheet {sheet} ({entry}), measured {mm['tflops']:.1f} TFLOP/s ({mm['dtype']} "
-          f"{mm['n']}^3)", flush=True)
-    c_of: dict[tuple, dict] = {}  # one config per architecture, in grid order
+    return info
+
+
+def make_plan(grid: Grid, sizes: list[int], n_procs: list[int], compiled: bool) -> tuple[list, dict]:
+    """The measurements (kind, architecture, E, P) in order, and one configuration per architecture."""
+    c_of: dict[tuple, RunConfig] = {}  # one config per architecture, in grid order
     for c in grid.configs():
         c_of.setdefault(arch(c), c)
     group = {a_: sum(arch(c) == a_ for c in grid.configs()) for a_ in c_of}
@@ -254,13 +252,41 @@ def main(argv: list[str] | None = None) -> dict | None:
     plan += [("ensemble", a_, e, 1) for e in sizes for a_ in c_of if e != group[a_] and e > 1]
     authors = max(c_of, key=lambda a_: (a_[1] == min(w for w, _ in grid.widths), a_[0]))  # deepest, narrowest
     plan += [("processes", authors, group[authors], q) for q in n_procs]
-    if dev.type == "cuda":  # fit(fused=True): on CUDA that is AdamW's fused implementation (one kernel)
-        plan += [("fit_fused", a_, 1, 1) for a_ in c_of]
-    if a.compile == "on" or (a.compile == "auto" and dev.type == "cuda"):
+    if compiled:
         plan += [("fit_compiled", authors, 1, 1)] + [("fit_compiled", a_, 1, 1) for a_ in c_of if a_ != authors]
         for name in ("recompile_limit", "cache_size_limit"):  # one compiled model per architecture
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
+    return plan, c_of
+
+
+def report(m: dict, label: str, elapsed: float) -> None:
+    frac = f"{m['fraction_of_measured_peak']:.2%} of measured peak"
+    if m["fraction_of_datasheet_peak"] is not None:
+        frac += f", {m['fraction_of_datasheet_peak']:.2%} of datasheet"
+    print(f"[{elapsed:6.1f}s] {label}: {m['steps_per_s']:.1f} steps/s per model, "
+          f"{m['model_steps_per_s']:.1f} model-steps/s, {m['tflops']:.3f} TFLOP/s ({frac})", flush=True)
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    a = parser().parse_args(argv)
+    if a.worker is not None:
+        return worker(json.loads(a.worker))
+    t_start = time.perf_counter()
+    dev = get_device(a.device)
+    grid = TINY_GRID if a.tiny else sweep.grid("paper")
+    sizes = [int(v) for v in (a.ensembles or ("2" if a.tiny else "3,8")).split(",")]
+    n_procs = [int(v) for v in (a.processes or ("2" if a.tiny else "2,4")).split(",")]
+    warmup, target_s = (2, 0.2) if a.tiny else (20, 1.5)
+    out = Path(a.out) if a.out else (Path(tempfile.gettempdir()) / f"bench_gpu_tiny_{dev.type}.json" if a.tiny
+                                     else ROOT / "results" / "training" / f"bench_gpu_{dev.type}.json")
+    info = gpu_info(dev)
+    entry, sheet = datasheet_peak(info.get("name", ""))
+    mm = matmul_tflops(dev, 256 if a.tiny or dev.type == "cpu" else 8192, 5 if a.tiny else 50)
+    peaks = {"datasheet": sheet, "datasheet_entry": entry, "measured": mm["tflops"], "matmul": mm}
+    print(f"{info}\npeak: datasheet {sheet} ({entry}), measured {mm['tflops']:.1f} TFLOP/s ({mm['dtype']} "
+          f"{mm['n']}^3)", flush=True)
+    plan, c_of = make_plan(grid, sizes, n_procs, a.compile == "on" or (a.compile == "auto" and dev.type == "cuda"))
     meas, skipped, cost = [], [], {}
     params = {"grid": "tiny" if a.tiny else "paper", "ensemble_sizes": sizes, "processes": n_procs,
               "warmup_steps": warmup, "target_timed_s": target_s, "data": "fresh samples every step",
@@ -296,11 +322,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             continue
         cost[kind] = time.perf_counter() - t0
         meas.append(annotate(m, c_of[a_], peaks))
-        frac = f"{m['fraction_of_measured_peak']:.2%} of measured peak"
-        if m["fraction_of_datasheet_peak"] is not None:
-            frac += f", {m['fraction_of_datasheet_peak']:.2%} of datasheet"
-        print(f"[{time.perf_counter() - t_start:6.1f}s] {label}: {m['steps_per_s']:.1f} steps/s per model, "
-              f"{m['model_steps_per_s']:.1f} model-steps/s, {m['tflops']:.3f} TFLOP/s ({frac})", flush=True)
+        report(m, label, time.perf_counter() - t_start)
         save(False)
     data = save(True)
     for k, v in data["projection"].items():

@@ -29,10 +29,18 @@ METRICS = ("paper", "pooled")
 
 
 def _check_model_task(model: object, task: object) -> None:
+    """Types, and (where the model states them, as :class:`hoplib.models.GPT` does) its embedding rows
+    ``config.vocab_size`` and output classes ``num_classes`` against the task's token ids, as ``fit`` does."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(task, HopTask):
         raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
+    config = getattr(model, "config", None)
+    for attr, what in (("vocab_size", "embedding rows"), ("num_classes", "output classes")):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value < task.vocab_size:
+            raise ValueError(f"model has {value} {what} ({attr}) but the task uses {task.vocab_size} token ids "
+                             f"(task.vocab_size); build the model with at least {task.vocab_size}")
 
 
 def _ks(task: HopTask, ks: Iterable[int] | None) -> list[int]:
@@ -41,9 +49,33 @@ def _ks(task: HopTask, ks: Iterable[int] | None) -> list[int]:
     return [check_int("ks[i]", k, low=task.min_hops, high=task.max_hops) for k in ks]
 
 
+def _forward(model: nn.Module, ids: torch.Tensor, num_classes: int | None) -> torch.Tensor:
+    """Logits of ``model`` on ``ids``, checked: shape ids.shape + (C,) with C >= ``num_classes`` (if given)."""
+    try:
+        logits = model(ids)
+    except IndexError as exc:  # an embedding with fewer rows than the largest token id
+        raise ValueError(f"model failed on token ids up to {int(ids.max())} ({exc}); does its embedding have "
+                         f"a row for every token id of the task?") from exc
+    if not isinstance(logits, torch.Tensor) or logits.shape[:-1] != ids.shape:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"model must map ids {tuple(ids.shape)} to logits {tuple(ids.shape)} + (C,), got {got}")
+    if num_classes is not None and logits.shape[-1] < num_classes:
+        raise ValueError(f"model gives {logits.shape[-1]} logits per position but the task has {num_classes} "
+                         f"token ids: its argmax could never predict the larger ones")
+    return logits
+
+
 @torch.no_grad()
-def predictions(model: nn.Module, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """Argmax predictions (B, T) of ``model`` on ``inputs`` in eval mode (the model's mode is restored)."""
+def predictions(model: nn.Module, inputs: torch.Tensor, batch_size: int = 512, *,
+                num_classes: int | None = None) -> torch.Tensor:
+    """Argmax predictions (B, T) of ``model`` on ``inputs`` in eval mode (the model's mode is restored).
+
+    ``num_classes`` (e.g. ``task.vocab_size``), when given, is the fewest logits per position the model must
+    give; a ValueError says so otherwise, instead of scoring predictions that can never be right.
+    """
+    if num_classes is not None:
+        num_classes = check_int("num_classes", num_classes, low=1)
+    batch_size = check_int("batch_size", batch_size, low=1)
     was_training = model.training
     model.eval()
     device = inputs.device
@@ -51,7 +83,7 @@ def predictions(model: nn.Module, inputs: torch.Tensor, batch_size: int = 512) -
         out = []
         for i in range(0, inputs.shape[0], batch_size):
             with autocast(device):
-                logits = model(inputs[i:i + batch_size])
+                logits = _forward(model, inputs[i:i + batch_size], num_classes)
             out.append(logits.argmax(dim=-1))
         return torch.cat(out)
     finally:
@@ -92,7 +124,7 @@ def per_k_error(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: 
     out: dict[int, float] = {}
     for k in _ks(task, ks):
         x, y = task.sample(n_samples, k=k, seed=seed + k, device=dev)
-        out[k] = errors_from_predictions(predictions(model, x), y, task, metric)
+        out[k] = errors_from_predictions(predictions(model, x, num_classes=task.vocab_size), y, task, metric)
     return out
 
 
@@ -107,7 +139,7 @@ def error_records(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed
     rows = []
     for k in _ks(task, ks):
         x, y = task.sample(n_samples, k=k, seed=seed + k, device=dev)
-        pred = predictions(model, x)
+        pred = predictions(model, x, num_classes=task.vocab_size)
         for metric in METRICS:
             rows.append({**labels, "k": k, "metric": metric,
                          "error": errors_from_predictions(pred, y, task, metric), "n_samples": n_samples})

@@ -20,6 +20,11 @@ Two output heads:
   appear as targets. The LayerNorm's gain and bias then act as a per-class scale and bias. This reproduces the
   parameter counts of the paper's Table 3 exactly (see :func:`count_parameters`) and needs ``m >= vocab_size``.
 
+Attention is pluggable: :class:`GPTConfig` holds an :class:`AttentionSpec`, whose ``build`` makes each layer's
+:class:`CausalSelfAttention` (softmax, the default, :class:`SoftmaxAttention`) or a subclass of it that replaces
+its ``attend`` step. The core knows only softmax attention; the Performer and Longformer attentions of the
+paper's Section 5.1 live in :mod:`hoplib.lower_bounds.efficient_attention` and register themselves by name.
+
 :class:`GPTEnsemble` holds E models of one architecture with stacked parameters and runs them in one
 batched forward pass (batched matrix products, one attention call), which is how several small models
 share one GPU (see :func:`hoplib.train.fit_ensemble`).
@@ -28,18 +33,104 @@ share one GPU (see :func:`hoplib.train.fit_ensemble`).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from hoplib._book.validate import check_choice, check_int
-from hoplib.lower_bounds import efficient_attention as _attn
 
 HEADS = ("linear", "layernorm")
-ATTENTIONS = ("softmax", "performer", "longformer")
-_ATTENTION_FIELDS = {"attention": "softmax", "n_features": None, "window": None, "global_every": None}
+
+
+# --------------------------------------------------------------------------- pluggable attention
+ATTENTIONS: dict[str, type[AttentionSpec]] = {}
+"""The attentions :class:`GPTConfig` knows by name (filled by :func:`register_attention`)."""
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The attention of every layer of a :class:`GPT`, as :class:`GPTConfig` stores it.
+
+    A frozen, comparable description (the settings of one kind of attention); :meth:`build` makes one
+    layer's module, a :class:`CausalSelfAttention` or a subclass that overrides its ``attend`` step. The
+    paper's transformer uses :class:`SoftmaxAttention`; the efficient attentions of Section 5.1 (Performer,
+    Corollary 5.3; Longformer, Corollary 5.4) are plugged in from :mod:`hoplib.lower_bounds.efficient_attention`.
+    Subclasses set the class attribute ``name`` and are registered with :func:`register_attention`, so that
+    configs written by :meth:`GPTConfig.to_dict` load back.
+    """
+
+    name: ClassVar[str] = ""
+
+    def build(self, config: GPTConfig) -> CausalSelfAttention:
+        """One layer's attention module for ``config``."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"name": ..., **settings}``, the form :class:`GPTConfig` accepts back."""
+        return {"name": self.name, **asdict(self)}
+
+
+def register_attention(spec: type[AttentionSpec]) -> type[AttentionSpec]:
+    """Class decorator: make an :class:`AttentionSpec` subclass known to :class:`GPTConfig` by its ``name``."""
+    if not (isinstance(spec, type) and issubclass(spec, AttentionSpec)):
+        raise TypeError(f"spec must be a subclass of AttentionSpec, got {spec!r}")
+    if not isinstance(spec.name, str) or not spec.name:
+        raise ValueError(f"{spec.__name__}.name must be a non-empty string, got {spec.name!r}")
+    old = ATTENTIONS.get(spec.name)
+    if old is not None and (old.__module__, old.__qualname__) != (spec.__module__, spec.__qualname__):
+        raise ValueError(f"attention name {spec.name!r} is already registered by {old.__module__}.{old.__qualname__}")
+    ATTENTIONS[spec.name] = spec
+    return spec
+
+
+@register_attention
+@dataclass(frozen=True)
+class SoftmaxAttention(AttentionSpec):
+    """Causal softmax attention, softmax(q k^T / sqrt(d)) v: the transformer of the paper (the default)."""
+
+    name: ClassVar[str] = "softmax"
+
+    def build(self, config: GPTConfig) -> CausalSelfAttention:
+        return CausalSelfAttention(config)
+
+
+def _resolve_attention(value: object) -> AttentionSpec:
+    """An :class:`AttentionSpec` from a spec, a registered name, or a dict written by :meth:`AttentionSpec.to_dict`."""
+    if isinstance(value, AttentionSpec):
+        return value
+    if isinstance(value, str):
+        name, settings = value, {}
+    elif isinstance(value, dict) and isinstance(value.get("name"), str):
+        name, settings = value["name"], {key: v for key, v in value.items() if key != "name"}
+    else:
+        raise TypeError(f"attention must be an AttentionSpec (e.g. SoftmaxAttention()), a registered name or a "
+                        f"dict with a 'name', got {type(value).__name__}")
+    if name not in ATTENTIONS:
+        raise ValueError(f"attention must be one of the registered attentions {sorted(ATTENTIONS)}, got {name!r} "
+                         "(Performer and Longformer register when hoplib.lower_bounds.efficient_attention is "
+                         "imported)")
+    try:
+        return ATTENTIONS[name](**settings)
+    except TypeError as exc:
+        raise TypeError(f"attention {name!r} needs its settings: pass an instance of "
+                        f"{ATTENTIONS[name].__module__}.{ATTENTIONS[name].__name__} ({exc})") from exc
+
+
+def _check_float(name: str, value: object, *, low: float, high: float | None = None,
+                 low_open: bool = False) -> float:
+    """A finite real number in [low, high) (or (low, high) with ``low_open``); TypeError/ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    v = float(value)
+    bad_low = v <= low if low_open else v < low
+    if not math.isfinite(v) or bad_low or (high is not None and v >= high):
+        interval = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'})"
+        raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -48,15 +139,13 @@ class GPTConfig:
 
     ``vocab_size`` is the number of embedding rows (the authors used 30 for 23 used token ids);
     ``n_classes`` is the number of output logits for ``head="linear"`` (default ``vocab_size``); with
-    ``head="layernorm"`` it is forced to ``d_model``.
+    ``head="layernorm"`` it is forced to ``d_model``. ``dropout`` is in [0, 1), ``layer_norm_eps`` > 0.
 
-    ``attention`` selects the attention of every layer (Section 5.1, :mod:`hoplib.lower_bounds.efficient_attention`):
-    ``"softmax"``
-    (default, the paper's transformer), ``"performer"`` (FAVOR+ kernel attention with ``n_features`` = m'
-    random features, Corollary 5.3) or ``"longformer"`` (causal sliding window of radius ``window`` = w plus
-    global positions j = 0 mod ``global_every`` = g, 0-based, Corollary 5.4; ``global_every=None``: none).
-    Settings that the chosen attention does not use must stay None. Configs saved before these fields
-    existed load unchanged (defaults), and :meth:`to_dict` leaves them out while they are at their defaults.
+    ``attention`` is the attention of every layer, an :class:`AttentionSpec`: :class:`SoftmaxAttention`
+    (default, the paper's transformer), or one plugged in from elsewhere, e.g. the Performer and Longformer
+    attentions of :mod:`hoplib.lower_bounds.efficient_attention` (Section 5.1). A registered name (``"softmax"``)
+    or a dict written by :meth:`to_dict` is turned into its spec. Configs saved before attention was
+    configurable load unchanged, and :meth:`to_dict` leaves ``attention`` out while it is softmax.
     """
 
     vocab_size: int
@@ -68,10 +157,7 @@ class GPTConfig:
     head: str = "linear"
     n_classes: int | None = None
     layer_norm_eps: float = 1e-5
-    attention: str = "softmax"
-    n_features: int | None = None
-    window: int | None = None
-    global_every: int | None = None
+    attention: AttentionSpec = SoftmaxAttention()
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, low=1)
@@ -82,10 +168,8 @@ class GPTConfig:
         check_choice("head", self.head, HEADS)
         if self.d_model % self.heads:
             raise ValueError(f"d_model must be a multiple of heads = {self.heads}, got {self.d_model}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            raise TypeError(f"dropout must be a float in [0, 1), got {type(self.dropout).__name__}")
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        _check_float("dropout", self.dropout, low=0.0, high=1.0)
+        _check_float("layer_norm_eps", self.layer_norm_eps, low=0.0, low_open=True)
         if self.n_classes is not None:
             check_int("n_classes", self.n_classes, low=1)
         if self.head == "layernorm":
@@ -95,24 +179,7 @@ class GPTConfig:
             if self.d_model < self.vocab_size:
                 raise ValueError(f"d_model must be >= vocab_size = {self.vocab_size} with head='layernorm' "
                                  f"(the LayerNorm output is the logit vector), got {self.d_model}")
-        check_choice("attention", self.attention, ATTENTIONS)
-        used = {"softmax": (), "performer": ("n_features",), "longformer": ("window", "global_every")}[self.attention]
-        for name in ("n_features", "window", "global_every"):
-            if name not in used and getattr(self, name) is not None:
-                raise ValueError(f"{name} must be None with attention={self.attention!r} (it is used by "
-                                 f"{'performer' if name == 'n_features' else 'longformer'} attention), "
-                                 f"got {getattr(self, name)!r}")
-        if self.attention == "performer":
-            if self.n_features is None:
-                raise ValueError("n_features (the number m' of random features, an int >= 1) is required with "
-                                 "attention='performer'")
-            check_int("n_features", self.n_features, low=1)
-        if self.attention == "longformer":
-            if self.window is None:
-                raise ValueError("window (the radius w, an int >= 0) is required with attention='longformer'")
-            check_int("window", self.window, low=0)
-            if self.global_every is not None:
-                check_int("global_every", self.global_every, low=1)
+        object.__setattr__(self, "attention", _resolve_attention(self.attention))
 
     @property
     def num_classes(self) -> int:
@@ -122,24 +189,19 @@ class GPTConfig:
         return self.n_classes if self.n_classes is not None else self.vocab_size
 
     def to_dict(self) -> dict:
-        """The fields as a dict; the attention fields only when they differ from the softmax defaults."""
-        d = asdict(self)
-        if all(d[name] == default for name, default in _ATTENTION_FIELDS.items()):
-            for name in _ATTENTION_FIELDS:
-                del d[name]
+        """The fields as a JSON-ready dict; ``attention`` (as :meth:`AttentionSpec.to_dict`) only when not softmax."""
+        d = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "attention"}
+        if self.attention != SoftmaxAttention():
+            d["attention"] = self.attention.to_dict()
         return d
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection (GPT-2's ``c_attn``/``c_proj``).
+    """Multi-head causal softmax self-attention with one fused QKV projection (GPT-2's ``c_attn``/``c_proj``).
 
-    ``cfg.attention`` picks the attention (:mod:`hoplib.lower_bounds.efficient_attention`): softmax (SDPA, causal),
-    Longformer (SDPA
-    with the boolean mask of :func:`hoplib.lower_bounds.efficient_attention.longformer_mask`) or Performer (FAVOR+
-    weights in the
-    quadratic form, from the random projection in the buffer ``features`` (m' x d_head), shared by the heads
-    of a layer, drawn at construction from torch's global generator, saved in the state dict; see
-    :meth:`redraw_features`).
+    ``forward`` is :meth:`qkv_heads`, then :meth:`attend` (here softmax through SDPA, causal), then
+    :meth:`project`. Another attention (an :class:`AttentionSpec`'s module) subclasses this class and overrides
+    :meth:`attend` only, so every attention has the same parameters under the same names.
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -149,52 +211,51 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
-        self.attention = cfg.attention
-        self.window, self.global_every = cfg.window, cfg.global_every
-        if cfg.attention == "performer":
-            self.register_buffer("features", _attn.orthogonal_features(cfg.n_features, cfg.d_model // cfg.heads,
-                                                                       generator=torch.default_generator))
 
-    def redraw_features(self, seed: int) -> None:
-        """Draw a new FAVOR+ projection (Performer attention only), reproducibly from ``seed``."""
-        if self.attention != "performer":
-            raise ValueError(f"redraw_features needs attention='performer', this layer has {self.attention!r}")
-        self.features.copy_(_attn.orthogonal_features(self.features.shape[0], self.features.shape[1], seed=seed))
-
-    def mask(self, t: int, device: torch.device) -> torch.Tensor:
-        """The boolean (T, T) attention mask of this layer (True = may attend): causal, or causal Longformer."""
-        if self.attention == "longformer":
-            return _attn.longformer_mask(t, self.window, self.global_every, device=device)
-        return torch.ones(t, t, dtype=torch.bool, device=device).tril()
-
-    def forward(self, x: torch.Tensor, return_attention: bool = False):
+    def qkv_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of ``x`` (B, T, m), each split into heads: (B, H, T, m / H)."""
         b, t, m = x.shape
         q, k, v = self.qkv(x).split(m, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, m // self.heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, d)
-        att = None
-        if self.attention == "performer":  # kernel attention: weights in the quadratic form (rows sum to 1)
-            att = _attn.kernel_attention_weights(q, k, self.features)
-            y = F.dropout(att, self.dropout, self.training).to(v.dtype) @ v
-            if not return_attention:
-                att = None
-        elif self.attention == "longformer":
-            mask = self.mask(t, x.device)
-            if return_attention:
-                att = _attn.masked_softmax_weights(q, k, mask)
-                y = F.dropout(att, self.dropout, self.training) @ v
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                   dropout_p=self.dropout if self.training else 0.0)
-        elif return_attention:  # explicit softmax so the weights can be returned (same maths as SDPA)
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-            att = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = F.dropout(att, self.dropout, self.training) @ v
-        else:
+        return tuple(z.view(b, t, self.heads, m // self.heads).transpose(1, 2) for z in (q, k, v))  # type: ignore
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Mix the values: ``(y (B, H, T, d), weights (B, H, T, T) or None)``; weights only if ``need_weights``."""
+        if not need_weights:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                dropout_p=self.dropout if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(b, t, m)
-        return self.resid_drop(self.proj(y)), att
+            return y, None
+        t = q.shape[-2]  # explicit softmax so the weights can be returned (same maths as SDPA)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+        att = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return F.dropout(att, self.dropout, self.training) @ v, att
+
+    def project(self, y: torch.Tensor) -> torch.Tensor:
+        """Merge the heads of ``y`` (B, H, T, d) and apply the output projection (and residual dropout)."""
+        b, h, t, d = y.shape
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(b, t, h * d)))
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        y, att = self.attend(*self.qkv_heads(x), need_weights=return_attention)
+        return self.project(y), att
+
+
+def check_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    """Raise a clear error unless ``ids`` is an integer tensor of token ids in [0, vocab_size).
+
+    An embedding given an id outside its table fails with "index out of range in self" on the CPU and with a
+    device-side assert on CUDA; this check (one device sync) names the problem instead. Skipped while
+    ``torch.compile`` traces the model.
+    """
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"ids must be an integer (int64 or int32) tensor of token ids, got dtype {ids.dtype}")
+    if ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    lo, hi = (int(v) for v in torch.aminmax(ids))
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"ids must be token ids in [0, {vocab_size - 1}] (vocab_size = {vocab_size}), "
+                         f"got values in [{lo}, {hi}]")
 
 
 class MLP(nn.Module):
@@ -216,7 +277,10 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = cfg.attention.build(cfg)
+        if not isinstance(self.attn, CausalSelfAttention):
+            raise TypeError(f"{type(cfg.attention).__name__}.build must return a CausalSelfAttention, "
+                            f"got {type(self.attn).__name__}")
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
@@ -267,6 +331,7 @@ class GPT(nn.Module):
         t = ids.shape[1]
         if t > self.config.n_positions:
             raise ValueError(f"ids length must be <= n_positions = {self.config.n_positions}, got {t}")
+        check_ids(ids, self.config.vocab_size)
         pos = torch.arange(t, device=ids.device)
         x = self.drop(self.wte(ids) + self.wpe(pos))
         atts = []
@@ -279,22 +344,20 @@ class GPT(nn.Module):
 
 
 def gpt_for_task(task, *, depth: int, d_model: int, heads: int, dropout: float = 0.0, head: str = "linear",
-                 vocab_size: int | None = None, n_positions: int | None = None, attention: str = "softmax",
-                 n_features: int | None = None, window: int | None = None,
-                 global_every: int | None = None) -> GPT:
+                 vocab_size: int | None = None, n_positions: int | None = None,
+                 attention: AttentionSpec | str = "softmax") -> GPT:
     """A :class:`GPT` sized for a :class:`hoplib.tasks.HopTask` (classes = token ids).
 
     ``vocab_size`` defaults to ``task.vocab_size`` and ``n_positions`` to ``task.length``; the authors'
     exact tables are ``vocab_size=30, n_positions=100`` (one more position than the 99 used), see
-    :func:`authors_gpt`. ``attention``, ``n_features``, ``window`` and ``global_every`` go to
-    :class:`GPTConfig` (Performer or Longformer attention, Section 5.1).
+    :func:`authors_gpt`. ``attention`` goes to :class:`GPTConfig` (e.g. the Performer or Longformer attention
+    of :mod:`hoplib.lower_bounds.efficient_attention`, Section 5.1).
     """
     vocab = task.vocab_size if vocab_size is None else check_int("vocab_size", vocab_size, low=task.vocab_size)
     npos = task.length if n_positions is None else check_int("n_positions", n_positions, low=task.length)
     n_classes = None if head == "layernorm" else task.vocab_size
     cfg = GPTConfig(vocab_size=vocab, n_positions=npos, depth=depth, d_model=d_model, heads=heads,
-                    dropout=dropout, head=head, n_classes=n_classes, attention=attention,
-                    n_features=n_features, window=window, global_every=global_every)
+                    dropout=dropout, head=head, n_classes=n_classes, attention=attention)
     return GPT(cfg)
 
 
@@ -329,9 +392,9 @@ class GPTEnsemble(nn.Module):
                 raise TypeError(f"models[{i}] must be a GPT, got {type(mdl).__name__}")
             if mdl.config != models[0].config:
                 raise ValueError(f"models[{i}] has config {mdl.config}, expected {models[0].config} (all equal)")
-        if models[0].config.attention != "softmax":
-            raise ValueError(f"GPTEnsemble supports attention='softmax' only, got {models[0].config.attention!r}; "
-                             "train Performer or Longformer models one at a time with hoplib.train.fit")
+        if not isinstance(models[0].config.attention, SoftmaxAttention):
+            raise ValueError(f"GPTEnsemble supports softmax attention only, got {models[0].config.attention!r}; "
+                             "train models with other attentions one at a time with hoplib.train.fit")
         self.config = models[0].config
         self.n_models = len(models)
         states = [m.state_dict() for m in models]
@@ -365,6 +428,7 @@ class GPTEnsemble(nn.Module):
         e, b, t = ids.shape
         if t > cfg.n_positions:
             raise ValueError(f"ids length must be <= n_positions = {cfg.n_positions}, got {t}")
+        check_ids(ids, cfg.vocab_size)
         m, h, drop = cfg.d_model, cfg.heads, (cfg.dropout if self.training else 0.0)
         rows = torch.arange(e, device=ids.device).view(e, 1, 1)
         x = self.p("wte.weight")[rows, ids] + self.p("wpe.weight")[:, :t].unsqueeze(1)  # (E, B, T, m)

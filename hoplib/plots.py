@@ -1,14 +1,64 @@
-"""Figures shared by the chapters (matplotlib only; each function draws on an ``Axes`` it is given or makes)."""
+"""Figures shared by the chapters (matplotlib only; each function draws on an ``Axes`` it is given or makes).
+
+:func:`use_book_style` is the book's one figure style, applied by :func:`hoplib._book.notebook.start` in every
+chapter: font sizes that stay readable at the page's width, and vector (SVG) output in
+notebooks (``$HOPLIB_FIGURE_FORMAT=png`` switches to 200-dpi PNG, e.g. for the PDF build). Helpers used by every
+part's plots: :func:`integer_ticks` (k, depths and layers are integers) and :func:`layer_label` (layers are
+1-based in the text, so in the figures too).
+"""
 
 from __future__ import annotations
 
+import os
+
+import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import FancyArrowPatch
+from matplotlib.ticker import MaxNLocator
 
-from hoplib._book.validate import check_int
+from hoplib._book.validate import check_choice, check_int
 from hoplib.tasks import find, letters_to_str
+
+BOOK_STYLE = {
+    "figure.dpi": 110, "savefig.dpi": 200,
+    "font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10, "ytick.labelsize": 10,
+    "legend.fontsize": 10, "legend.framealpha": 0.85, "axes.spines.top": False, "axes.spines.right": False,
+    "image.cmap": "viridis", "svg.fonttype": "path",
+}
+FIGURE_FORMATS = ("svg", "png")
+
+
+def use_book_style(figure_format: str | None = None) -> str:
+    """Apply :data:`BOOK_STYLE` and, inside IPython, make inline figures SVG (or 200-dpi PNG); return the format.
+
+    ``figure_format`` defaults to ``$HOPLIB_FIGURE_FORMAT`` or ``"svg"``.
+    """
+    fmt = figure_format if figure_format is not None else os.environ.get("HOPLIB_FIGURE_FORMAT", "svg")
+    check_choice("figure_format", fmt, FIGURE_FORMATS)
+    mpl.rcParams.update(BOOK_STYLE)
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # pragma: no cover - plain Python without IPython
+        return fmt
+    if get_ipython() is not None:
+        set_matplotlib_formats(fmt)
+    return fmt
+
+
+def integer_ticks(ax: Axes, axis: str = "x") -> Axes:
+    """Put ticks only at integers on ``axis`` (``"x"``, ``"y"`` or ``"both"``): k, depths and layers."""
+    check_choice("axis", axis, ("x", "y", "both"))
+    for name in ("x", "y") if axis == "both" else (axis,):
+        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True))
+    return ax
+
+
+def layer_label(layer_index: int) -> str:
+    """The title of a 0-based layer index as the text names it: ``layer_label(0) == "layer 1"``."""
+    return f"layer {check_int('layer_index', layer_index, low=0) + 1}"
 
 
 def plot_pointer_chain(x: np.ndarray, i: int, k: int, ax: Axes | None = None) -> Axes:

@@ -21,10 +21,38 @@ from hoplib._book.validate import check_int, check_int_array
 NO_ANSWER = -1
 """The value :func:`hop` and :func:`find` return where there is no answer (the paper's ⊥)."""
 
+PROFILES = {
+    "quick": {"n_check": 300, "n_stats": 256, "bench_batch": 256, "bench_seconds": 0.3},
+    "paper": {"n_check": 5000, "n_stats": 10_000, "bench_batch": 1024, "bench_seconds": 2.0},
+}
+"""Settings of the task chapter's profiles: random checks against the definition, samples for the statistics,
+and the batch size and duration of the throughput benchmark."""
+
 Array = np.ndarray | torch.Tensor
 
 
 # --------------------------------------------------------------------------- backend helpers
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _check_x(name: str, x: object, *, symbols: bool = False) -> Array:
+    """``check_int_array`` plus what it cannot see: masked arrays (whose mask would be ignored) and unsigned
+    values above 2**63 - 1 (they would wrap to negative int64). With ``symbols`` (the inputs of :func:`hop`,
+    whose outputs are symbols) the no-answer value -1 is rejected too: an output -1 would be ambiguous."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} must be a plain numpy array or torch tensor, got a masked array; "
+                        f"fill the masked entries first (x.filled(value))")
+    check_int_array(name, x)
+    if isinstance(x, np.ndarray) and x.dtype == np.uint64 and x.size:
+        top = int(x.max())
+        if top > _INT64_MAX:
+            raise ValueError(f"{name} must hold values at most 2**63 - 1 (int64), got {top}")
+    if symbols and bool((x == NO_ANSWER).any()):
+        raise ValueError(f"{name} must not contain {NO_ANSWER}: it is the value hop returns for no answer (⊥), "
+                         f"so an output {NO_ANSWER} would be ambiguous; use nonnegative symbols")
+    return x
+
+
 def _as_torch(x: Array) -> tuple[torch.Tensor, bool]:
     if isinstance(x, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(x)).long(), True
@@ -95,9 +123,9 @@ def find(x: Array) -> Array:
 
     ``x``: integer numpy array or torch tensor of shape (..., N). Returns the same shape and type.
     """
-    check_int_array("x", x)
+    _check_x("x", x)
     t, was_numpy = _as_torch(x)
-    return _back(_find_torch(t), was_numpy)
+    return _back(_find_torch(t) if t.shape[-1] else t.clone(), was_numpy)
 
 
 def find_k(x: Array, k: int | Array) -> Array:
@@ -105,11 +133,13 @@ def find_k(x: Array, k: int | Array) -> Array:
 
     ``k`` is an int, or an integer array of shape ``x.shape[:-1]`` giving one hop count per sequence.
     """
-    check_int_array("x", x)
+    _check_x("x", x)
     t, was_numpy = _as_torch(x)
     batch_shape = tuple(t.shape[:-1])
     kk, max_k = _check_k(k, batch_shape)
     n = t.shape[-1]
+    if n == 0:  # empty sequences: nothing to point at
+        return _back(t.clone(), was_numpy)
     flat_ptr = _find_torch(t).reshape(-1, n)
     rows = flat_ptr.shape[0]
     if isinstance(kk, torch.Tensor):
@@ -126,7 +156,7 @@ def hop(x: Array, k: int | Array) -> Array:
     ``x``: integer numpy array or torch tensor (..., N); ``k``: int >= 0, or one per sequence
     (shape ``x.shape[:-1]``). Output has x's shape and type (numpy int64, or a LongTensor on x's device).
     """
-    check_int_array("x", x)
+    _check_x("x", x, symbols=True)
     t, was_numpy = _as_torch(x)
     ptr = find_k(t, k)
     vals = torch.gather(t, -1, ptr.clamp(min=0))
@@ -140,6 +170,8 @@ def hop_reference(x: list[int] | np.ndarray, k: int) -> list[int]:
     Follows the definition literally: for each i, walk back k times to just after the last earlier
     occurrence of the current symbol. O(N² + Nk), slow, and obviously right.
     """
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError("x must be a list or a plain numpy array, got a masked array; fill it first")
     seq = [int(v) for v in x]
     k = check_int("k", k, low=0)
     # find¹ straight from the definition: scan back from i for an earlier copy of x[i].
@@ -270,9 +302,12 @@ class HopTask:
         targets = torch.cat([torch.full_like(ks.unsqueeze(1), v.blank), targets], dim=1)
         return inputs, targets
 
-    def decode(self, ids: Array) -> str | list[str]:
-        """Readable string(s) for one row (1-D) or a batch (2-D) of token ids."""
-        arr = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids)
+    def decode(self, ids: Array | list[int]) -> str | list[str]:
+        """Readable string(s) for one row (1-D) or a batch (2-D) of integer token ids in [0, vocab_size)."""
+        arr = _int_values("ids", ids)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab.size):
+            bad = arr[(arr < 0) | (arr >= self.vocab.size)].flat[0]
+            raise ValueError(f"ids must be token ids in [0, {self.vocab.size - 1}], got {bad}")
         if arr.ndim == 1:
             return "".join(self.vocab.token_char(t) for t in arr)
         if arr.ndim == 2:
@@ -280,11 +315,24 @@ class HopTask:
         raise ValueError(f"ids must be 1-D or 2-D, got shape {arr.shape}")
 
 
-def letters_to_str(x: Array) -> str:
-    """'abca...' for a 1-D array of letters 0, 1, 2, ... (-1 shown as '~', the ⊥ of the experiments)."""
-    arr = np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x)
+def _int_values(name: str, x: object) -> np.ndarray:
+    """``x`` (a numpy array, torch tensor or list of ints) as a numpy integer array, or a clear error."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} must be a plain array, got a masked array; fill it first (x.filled(value))")
+    arr = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr
+
+
+def letters_to_str(x: Array | list[int]) -> str:
+    """'abca...' for a 1-D array of letters 0..25 (-1, the ⊥ of :func:`hop`, shown as '~')."""
+    arr = _int_values("x", x)
     if arr.ndim != 1:
         raise ValueError(f"x must be 1-D, got shape {arr.shape}")
+    if arr.size and (arr.min() < NO_ANSWER or arr.max() > 25):
+        bad = arr[(arr < NO_ANSWER) | (arr > 25)][0]
+        raise ValueError(f"x must hold letters in [0, 25] or {NO_ANSWER} (⊥), got {bad}")
     return "".join("~" if v < 0 else chr(ord("a") + int(v)) for v in arr)
 
 

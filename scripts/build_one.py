@@ -39,11 +39,17 @@ def main(argv: list[str]) -> int:
     for extra in ("results",):
         if (ROOT / extra).exists():
             shutil.copytree(ROOT / extra, work / extra)
+    # Stub pages carry the other chapters' labels, so cross references to them resolve in a partial build.
+    others = sorted(m.stem for m in (ROOT / "chapters").glob("*.md") if m.stem not in (name, "hop_task"))
+    for other in others:
+        label = "chap-" + other.replace("_", "-")
+        (work / "chapters" / f"{other}.md").write_text(f"({label})=\n# {other} (not in this partial build)\n")
+    stubs = "".join(f"      - file: chapters/{o}\n" for o in others)
     (work / "_toc.yml").write_text(
         "format: jb-book\nroot: intro\nparts:\n  - caption: Chapter\n    numbered: true\n    chapters:\n"
         + ("" if name == "hop_task" else "      - file: chapters/hop_task\n")
-        + f"      - file: chapters/{name}\n  - caption: About\n    chapters:\n"
-        "      - file: status\n      - file: bibliography\n"
+        + f"      - file: chapters/{name}\n  - caption: Other chapters (stubs)\n    chapters:\n" + stubs
+        + "  - caption: About\n    chapters:\n      - file: status\n      - file: bibliography\n"
     )
     cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(work), "-W", "-n", "--keep-going"]
     return subprocess.call(cmd)

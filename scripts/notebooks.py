@@ -4,6 +4,10 @@
     python scripts/notebooks.py check                # fail if any .ipynb differs from what sync would write
     python scripts/notebooks.py run hop_task -p profile paper -p device cuda [--out results]
 
+``run`` checks every ``-p`` against the chapter's parameters cell and profiles before starting a kernel (exit
+status 2 and one line for a bad one), and replaces the executed notebook and results files only when the whole
+chapter ran: a failure prints one line (the failing cell and exception) and the path of the full log (exit 1).
+
 The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in one
 way: a first code cell, built from ``repository`` in ``_config.yml``, that clones the book and installs hoplib
 from it when (and only when) the notebook runs on Google Colab, or when ``HOPLIB_INSTALL_SOURCE`` is set (the
@@ -14,9 +18,13 @@ hoplib's requirements are ranges that Colab's preinstalled versions satisfy.
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import os
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import jupytext
@@ -164,6 +172,14 @@ def check() -> list[str]:
     return problems
 
 
+class RunError(Exception):
+    """A problem ``run`` reports in one line: ``code`` 2 for bad arguments, 1 for a failed execution."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
 def _value(text: str) -> object:
     """Parse a -p value as papermill does: None, booleans, ints and floats, else the string itself."""
     if text in ("None", "none"):
@@ -178,29 +194,176 @@ def _value(text: str) -> object:
     return text
 
 
-def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int) -> Path:
-    """Execute a chapter with papermill; write the executed notebook and its results files under ``out``."""
+def _code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in nb.cells if c.cell_type == "code" and "colab-install" not in c.metadata.get("tags", [])]
+
+
+def parameters_cell(nb: nbformat.NotebookNode) -> dict[str, object]:
+    """Names and default values (``...`` where not a literal) assigned in the cell tagged ``parameters``."""
+    cell = next((c for c in _code_cells(nb) if "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None:
+        raise RunError("the chapter has no code cell tagged 'parameters'")
+    defaults: dict[str, object] = {}
+    for node in ast.parse(cell.source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                defaults[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                defaults[node.targets[0].id] = ...
+    return defaults
+
+
+def _resolve(expr: ast.expr, cell: ast.Module) -> object:
+    """The value of a ``Name`` or ``module.attr`` expression of the settings cell: a dict literal assigned
+    there, or an object imported there (the import is run); ``None`` when it cannot be found statically."""
+    imports: dict[str, tuple[str, str | None]] = {}
+    literals: dict[str, ast.expr] = {}
+    for node in cell.body:
+        if isinstance(node, ast.Import):
+            imports.update({a.asname or a.name: (a.name, None) for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imports.update({a.asname or a.name: (node.module, a.name) for a in node.names})
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            literals[node.targets[0].id] = node.value
+
+    def lookup(name: str) -> object:
+        if name in literals:
+            try:
+                return ast.literal_eval(literals[name])
+            except ValueError:
+                return None
+        if name in imports:
+            module, attr = imports[name]
+            try:
+                obj = importlib.import_module(module)
+                return getattr(obj, attr) if attr else obj
+            except (ImportError, AttributeError):
+                try:  # ``from package import submodule``
+                    return importlib.import_module(f"{module}.{attr}")
+                except ImportError:
+                    return None
+        return None
+
+    if isinstance(expr, ast.Name):
+        return lookup(expr.id)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        return getattr(lookup(expr.value.id), expr.attr, None)
+    return None
+
+
+def chapter_profiles(nb: nbformat.NotebookNode) -> tuple[str, ...] | None:
+    """The profile names of the chapter: the keys of the table passed to ``hoplib._book.notebook.start``."""
+    for cell in _code_cells(nb):
+        tree = ast.parse(cell.source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "start":
+                arg = node.args[5] if len(node.args) > 5 else next(
+                    (k.value for k in node.keywords if k.arg == "profiles"), None)
+                table = _resolve(arg, tree) if arg is not None else None
+                return tuple(table) if isinstance(table, dict) else None
+    return None
+
+
+def _check_type(name: str, value: object, default: object, text: str) -> object:
+    if isinstance(default, bool) or default is ... or default is None:
+        return value
+    if isinstance(default, str):
+        return text  # a string parameter takes the text as given ("-p out_dir 2024" stays "2024")
+    if isinstance(default, int) and not (isinstance(value, int) and not isinstance(value, bool)):
+        raise RunError(f"parameter {name} must be an integer, got {text!r}")
+    if isinstance(default, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise RunError(f"parameter {name} must be a number, got {text!r}")
+    return value
+
+
+def validate_parameters(md: Path, params: list[tuple[str, str]]) -> dict[str, object]:
+    """Check ``-p NAME VALUE`` pairs against the chapter's parameters cell (names, types) and against the
+    checks of ``hoplib._book.notebook.start`` (profile, seed, device), before any kernel starts."""
+    from hoplib._book.device import get_device
+    from hoplib._book.validate import check_int
+
+    nb = jupytext.read(md, fmt="md:myst")
+    defaults = parameters_cell(nb)
+    values: dict[str, object] = {}
+    for name, text in params:
+        if name not in defaults:
+            raise RunError(f"unknown parameter {name!r} for chapter {md.stem}; its parameters cell defines "
+                           f"{', '.join(defaults)}")
+        values[name] = _check_type(name, _value(text), defaults[name], text)
+    profiles = chapter_profiles(nb)
+    if "profile" in values and profiles is not None and values["profile"] not in profiles:
+        raise RunError(f"profile must be one of {', '.join(profiles)} for chapter {md.stem}, "
+                       f"got {values['profile']!r}")
+    try:
+        if "seed" in values:
+            check_int("seed", values["seed"], low=0, high=2**32 - 1)
+        if "device" in values:
+            get_device(values["device"])
+    except (TypeError, ValueError) as exc:
+        raise RunError(str(exc)) from exc
+    return values
+
+
+def execute(source: Path, target: Path, parameters: dict[str, object], cwd: Path, timeout: int) -> None:
+    """Run ``source`` with papermill into ``target`` (a separate function so that tests can replace it)."""
     import papermill
 
-    md = CHAPTERS / f"{chapter}.md"
+    papermill.execute_notebook(str(source), str(target), parameters=parameters, cwd=str(cwd),
+                               kernel_name="python3", execution_timeout=timeout, progress_bar=True,
+                               log_output=False)
+
+
+def _failure_line(exc: BaseException) -> str:
+    """One line naming what went wrong: papermill's cell number, exception name and first line of its value."""
+    ename, evalue = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if ename is not None:
+        first = str(evalue).strip().splitlines()[0] if str(evalue).strip() else ""
+        return f"cell {getattr(exc, 'exec_count', '?')} raised {ename}: {first}"
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, chapters: Path = CHAPTERS) -> Path:
+    """Execute a chapter with papermill; write the executed notebook and its results files under ``out``.
+
+    Parameters are checked first (no kernel starts for a bad one). The run executes into a staging folder
+    beside ``out/<chapter>/<profile>/``; only a successful run replaces the notebook and results files there,
+    so a failed run leaves the last good ones in place and writes ``<chapter>.failed.ipynb`` and
+    ``<chapter>.failed.log`` (the full traceback) beside them.
+    """
+    md = chapters / f"{chapter}.md"
     if not md.exists():
-        names = ", ".join(p.stem for p in chapter_sources())
-        raise SystemExit(f"chapter must be one of: {names}; got {chapter!r}")
-    parameters = {name: _value(value) for name, value in params}
-    out = out.resolve()
-    parameters.setdefault("out_dir", str(out))
-    profile = parameters.get("profile", "quick")
-    target = out / chapter / str(profile) / f"{chapter}.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        source = Path(tmp) / f"{chapter}.ipynb"
+        names = ", ".join(sorted(p.stem for p in chapters.glob("*.md")))
+        raise RunError(f"chapter must be one of: {names}; got {chapter!r}")
+    parameters = validate_parameters(md, params)
+    defaults = parameters_cell(jupytext.read(md, fmt="md:myst"))
+    profile = str(parameters.get("profile", defaults.get("profile", "quick")))
+    final = out.resolve() / chapter / profile
+    final.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{profile}-running-") as tmp:
+        staging = Path(tmp)
+        if "out_dir" in defaults and "out_dir" not in parameters:
+            parameters["out_dir"] = str(staging)  # results land in staging/<chapter>/<profile>/ first
+        source, executed = staging / "source.ipynb", staging / f"{chapter}.ipynb"
         nbformat.write(to_notebook(md, with_install_cell=False), source)
         t0 = time.perf_counter()
-        papermill.execute_notebook(str(source), str(target), parameters=parameters, cwd=str(CHAPTERS),
-                                   kernel_name="python3", execution_timeout=timeout, progress_bar=True,
-                                   log_output=False)
-    print(f"{chapter}: executed in {time.perf_counter() - t0:.1f} s -> {target}")
-    return target
+        try:
+            execute(source, executed, parameters, md.parent, timeout)
+        except Exception as exc:  # noqa: BLE001 - reported in one line, the full traceback goes to a file
+            log = final / f"{chapter}.failed.log"
+            log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+            if executed.exists():
+                os.replace(executed, final / f"{chapter}.failed.ipynb")
+            kept = " (the previous notebook is kept)" if (final / f"{chapter}.ipynb").exists() else ""
+            raise RunError(f"{chapter} failed: {_failure_line(exc)}{kept}; full log: {log}", code=1) from exc
+        results = staging / chapter / profile
+        for path in sorted(results.glob("*")) if results.is_dir() else []:
+            os.replace(path, final / path.name)
+        os.replace(executed, final / f"{chapter}.ipynb")
+    for stale in (final / f"{chapter}.failed.log", final / f"{chapter}.failed.ipynb"):
+        stale.unlink(missing_ok=True)
+    print(f"{chapter}: executed in {time.perf_counter() - t0:.1f} s -> {final / f'{chapter}.ipynb'}")
+    return final / f"{chapter}.ipynb"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--out", type=Path, default=ROOT / "runs",
                        help="folder for the executed notebook and results (default: runs/, ignored by git)")
     p_run.add_argument("--timeout", type=int, default=36_000, help="seconds per cell (default 36000)")
+    p_run.add_argument("--chapters", type=Path, default=CHAPTERS, help="folder of the chapter sources")
     args = parser.parse_args(argv)
     if args.command == "sync":
         for path in sync():
@@ -226,7 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("run: python scripts/notebooks.py sync", file=sys.stderr)
         return 1 if problems else 0
-    run(args.chapter, args.parameter, args.out, args.timeout)
+    try:
+        run(args.chapter, args.parameter, args.out, args.timeout, args.chapters)
+    except RunError as err:
+        print(f"notebooks.py run: {err}", file=sys.stderr)
+        return err.code
     return 0
 
 

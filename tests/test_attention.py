@@ -1,5 +1,5 @@
-"""Tests of hoplib.lower_bounds.efficient_attention (FAVOR+ kernel attention, Longformer masks) and their hook in
-hoplib.models."""
+"""Tests of hoplib.lower_bounds.efficient_attention (FAVOR+ kernel attention, Longformer masks, Corollaries 5.3
+and 5.4) and of the pluggable attention of hoplib.models that they use."""
 
 from __future__ import annotations
 
@@ -11,7 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hoplib.lower_bounds import efficient_attention as attn
-from hoplib.models import GPT, GPTConfig, GPTEnsemble, gpt_for_task
+from hoplib.models import (
+    ATTENTIONS,
+    GPT,
+    AttentionSpec,
+    CausalSelfAttention,
+    GPTConfig,
+    GPTEnsemble,
+    SoftmaxAttention,
+    gpt_for_task,
+    register_attention,
+)
 from hoplib.tasks import HopTask
 
 
@@ -152,13 +162,14 @@ def test_longformer_mask_rejects_bad_arguments():
 # --------------------------------------------------------------------------- the hook in hoplib.models
 
 TASK = HopTask(seq_len=20, max_hops=4)
-KINDS = {"softmax": {}, "performer": {"n_features": 32}, "longformer": {"window": 3, "global_every": 5}}
+KINDS = {"softmax": SoftmaxAttention(), "performer": attn.PerformerAttention(n_features=32),
+         "longformer": attn.LongformerAttention(window=3, global_every=5)}
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_attention_kind_is_causal(kind):
     torch.manual_seed(0)
-    model = gpt_for_task(TASK, depth=3, d_model=32, heads=4, attention=kind, **KINDS[kind]).eval()
+    model = gpt_for_task(TASK, depth=3, d_model=32, heads=4, attention=KINDS[kind]).eval()
     x, _ = TASK.sample(2, seed=2)
     y = x.clone()
     y[:, 10] = TASK.vocab.first_letter + (y[:, 10] - TASK.vocab.first_letter + 1) % TASK.alphabet_size
@@ -170,7 +181,7 @@ def test_every_attention_kind_is_causal(kind):
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_returned_attention_rows_sum_to_one_and_match_the_forward_pass(kind):
     torch.manual_seed(1)
-    model = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention=kind, **KINDS[kind]).eval()
+    model = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention=KINDS[kind]).eval()
     x, _ = TASK.sample(3, seed=3)
     logits, atts = model(x, return_attention=True)
     for att in atts:
@@ -185,7 +196,7 @@ def test_returned_attention_rows_sum_to_one_and_match_the_forward_pass(kind):
 def test_longformer_with_window_at_least_n_equals_softmax_attention():
     torch.manual_seed(2)
     soft = gpt_for_task(TASK, depth=2, d_model=32, heads=4).eval()
-    long = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention="longformer", window=TASK.length).eval()
+    long = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention=attn.LongformerAttention(TASK.length)).eval()
     long.load_state_dict(soft.state_dict())
     x, _ = TASK.sample(4, seed=4)
     a, atts_a = soft(x, return_attention=True)
@@ -200,7 +211,7 @@ def test_performer_with_many_features_approaches_the_softmax_model():
     x, _ = TASK.sample(4, seed=5)
     gaps = []
     for m in (8, 2048):
-        perf = gpt_for_task(TASK, depth=2, d_model=32, heads=2, attention="performer", n_features=m).eval()
+        perf = gpt_for_task(TASK, depth=2, d_model=32, heads=2, attention=attn.PerformerAttention(m)).eval()
         state = {**perf.state_dict(), **soft.state_dict()}  # softmax weights, performer's own features
         perf.load_state_dict(state)
         _, a = soft(x, return_attention=True)
@@ -211,50 +222,115 @@ def test_performer_with_many_features_approaches_the_softmax_model():
 
 def test_performer_features_are_saved_and_can_be_redrawn():
     torch.manual_seed(4)
-    model = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention="performer", n_features=8)
+    model = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention=attn.PerformerAttention(8))
     names = [n for n in model.state_dict() if n.endswith("features")]
     assert names == ["blocks.0.attn.features", "blocks.1.attn.features"]
     copy = GPT(model.config)
     copy.load_state_dict(model.state_dict())
     x, _ = TASK.sample(2, seed=6)
     assert torch.equal(copy.eval()(x), model.eval()(x))
-    before = model.blocks[0].attn.features.clone()
+    before = [b.attn.features.clone() for b in model.blocks]
     model.blocks[0].attn.redraw_features(seed=7)
-    assert not torch.equal(before, model.blocks[0].attn.features)
-    with pytest.raises(ValueError, match="performer"):
-        gpt_for_task(TASK, depth=1, d_model=32, heads=4).blocks[0].attn.redraw_features(0)
+    assert not torch.equal(before[0], model.blocks[0].attn.features)
+    attn.redraw_features(model, seed=7)
+    assert torch.equal(model.blocks[0].attn.features, attn.orthogonal_features(8, 8, seed=7))
+    assert not torch.equal(before[1], model.blocks[1].attn.features)
+    with pytest.raises(ValueError, match="Performer"):
+        attn.redraw_features(gpt_for_task(TASK, depth=1, d_model=32, heads=4), 0)
 
 
-def test_softmax_config_and_state_dict_are_unchanged_by_the_new_fields():
+def test_every_attention_has_the_softmax_parameters_under_the_same_names():
+    torch.manual_seed(5)
+    names = {kind: {n: p.shape for n, p in gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention=spec)
+                    .named_parameters()} for kind, spec in KINDS.items()}
+    assert names["performer"] == names["softmax"] == names["longformer"]
+    layers = [gpt_for_task(TASK, depth=1, d_model=32, heads=4, attention=spec).blocks[0].attn
+              for spec in KINDS.values()]
+    assert [type(a) for a in layers] == [CausalSelfAttention, attn.PerformerSelfAttention,
+                                         attn.LongformerSelfAttention]
+    assert all(isinstance(a, CausalSelfAttention) for a in layers)
+
+
+def test_softmax_config_and_state_dict_are_unchanged_by_the_attention_field():
     cfg = GPTConfig(vocab_size=10, n_positions=8, depth=1, d_model=16, heads=2)
     assert "attention" not in cfg.to_dict() and GPTConfig(**cfg.to_dict()) == cfg
     old = {"vocab_size": 10, "n_positions": 8, "depth": 1, "d_model": 16, "heads": 2, "dropout": 0.0,
            "head": "linear", "n_classes": None, "layer_norm_eps": 1e-5}
-    assert GPTConfig(**old).attention == "softmax"
+    assert GPTConfig(**old).attention == SoftmaxAttention() and GPTConfig(**old, attention="softmax") == cfg
     assert not [n for n in GPT(cfg).state_dict() if "features" in n]
-    perf = GPTConfig(**old, attention="performer", n_features=4)
-    assert perf.to_dict()["n_features"] == 4 and GPTConfig(**perf.to_dict()) == perf
+    perf = GPTConfig(**old, attention=attn.PerformerAttention(n_features=4))
+    assert perf.to_dict()["attention"] == {"name": "performer", "n_features": 4}
+    assert GPTConfig(**perf.to_dict()) == perf and perf.attention.name == "performer"
+    long = GPTConfig(**old, attention=attn.LongformerAttention(window=2))
+    assert GPTConfig(**long.to_dict()) == long and long.attention.global_every is None
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"attention": "linear"}, ValueError, "attention"),
-    ({"attention": "performer"}, ValueError, "n_features"),
-    ({"attention": "performer", "n_features": 0}, ValueError, "n_features"),
-    ({"attention": "performer", "n_features": 2.0}, TypeError, "n_features"),
-    ({"attention": "performer", "n_features": 4, "window": 2}, ValueError, "window"),
-    ({"attention": "longformer"}, ValueError, "window"),
-    ({"attention": "longformer", "window": -1}, ValueError, "window"),
-    ({"attention": "longformer", "window": 2, "global_every": 0}, ValueError, "global_every"),
-    ({"attention": "longformer", "window": 2, "n_features": 3}, ValueError, "n_features"),
-    ({"n_features": 8}, ValueError, "n_features"),
-    ({"window": 8}, ValueError, "window"),
+@pytest.mark.parametrize("kind, kwargs, error, match", [
+    ("linear", {}, ValueError, "kind"),
+    ("performer", {}, ValueError, "n_features"),
+    ("performer", {"n_features": 0}, ValueError, "n_features"),
+    ("performer", {"n_features": 2.0}, TypeError, "n_features"),
+    ("performer", {"n_features": 4, "window": 2}, ValueError, "window"),
+    ("longformer", {}, ValueError, "window"),
+    ("longformer", {"window": -1}, ValueError, "window"),
+    ("longformer", {"window": 2, "global_every": 0}, ValueError, "global_every"),
+    ("longformer", {"window": 2, "n_features": 3}, ValueError, "n_features"),
+    ("softmax", {"n_features": 8}, ValueError, "n_features"),
+    ("softmax", {"window": 8}, ValueError, "window"),
 ])
-def test_attention_settings_are_validated(kwargs, error, match):
+def test_attention_settings_are_validated(kind, kwargs, error, match):
     with pytest.raises(error, match=match):
-        GPTConfig(vocab_size=10, n_positions=8, depth=1, d_model=16, heads=2, **kwargs)
+        attn.attention_spec(kind, **kwargs)
+
+
+def test_attention_spec_builds_the_named_attention():
+    assert attn.attention_spec("softmax") == SoftmaxAttention()
+    assert attn.attention_spec("performer", n_features=3) == attn.PerformerAttention(3)
+    assert attn.attention_spec("longformer", window=2, global_every=4) == attn.LongformerAttention(2, 4)
+    assert {ATTENTIONS[k] for k in attn.KINDS} == {SoftmaxAttention, attn.PerformerAttention,
+                                                   attn.LongformerAttention}
+
+
+@pytest.mark.parametrize("attention, error, match", [
+    ("performer", TypeError, "needs its settings"),
+    ("sparse", ValueError, "registered"),
+    ({"name": "longformer", "window": -1}, ValueError, "window"),
+    (3, TypeError, "AttentionSpec"),
+])
+def test_config_rejects_unknown_or_incomplete_attention(attention, error, match):
+    with pytest.raises(error, match=match):
+        GPTConfig(vocab_size=10, n_positions=8, depth=1, d_model=16, heads=2, attention=attention)
+
+
+def test_a_new_attention_plugs_in_without_touching_the_model():
+    class UniformSelfAttention(CausalSelfAttention):  # every query averages its prefix
+        def attend(self, q, k, v, need_weights=False):
+            t = q.shape[-2]
+            att = torch.ones(t, t).tril()
+            att = (att / att.sum(-1, keepdim=True)).expand(q.shape[0], q.shape[1], t, t)
+            return att @ v, (att if need_weights else None)
+
+    @register_attention
+    class Uniform(AttentionSpec):
+        name = "uniform-test"
+
+        def build(self, config):
+            return UniformSelfAttention(config)
+
+    try:
+        model = gpt_for_task(TASK, depth=1, d_model=16, heads=2, attention=Uniform()).eval()
+        x, _ = TASK.sample(2, seed=8)
+        _, atts = model(x, return_attention=True)
+        assert torch.allclose(atts[0][0, 0, 3], torch.tensor([0.25] * 4 + [0.0] * 15))
+        assert GPTConfig(**model.config.to_dict()).attention == Uniform()
+        with pytest.raises(ValueError, match="already registered"):
+            register_attention(type("Other", (AttentionSpec,), {"name": "uniform-test"}))
+    finally:
+        ATTENTIONS.pop("uniform-test", None)
 
 
 def test_ensemble_refuses_efficient_attention():
-    models = [gpt_for_task(TASK, depth=1, d_model=16, heads=2, attention="longformer", window=2) for _ in range(2)]
+    models = [gpt_for_task(TASK, depth=1, d_model=16, heads=2, attention=attn.LongformerAttention(2))
+              for _ in range(2)]
     with pytest.raises(ValueError, match="softmax"):
         GPTEnsemble(models)

@@ -171,3 +171,16 @@ def test_colab_install_cell_installs_hoplib_into_a_fresh_environment(tmp_path):
     assert "profile quick" in outputs and "disagreements" in outputs, "the chapter ran to the end"
     assert not (venv_site / "torch").exists(), "torch must not be reinstalled"
     assert not (venv_site / "numpy").exists(), "numpy must not be reinstalled"
+
+
+def test_publishing_workflow_is_valid_yaml_that_runs_the_readme_build_command():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    steps = workflow["jobs"]["build"]["steps"]
+    runs = [s["run"] for s in steps if "run" in s]
+    assert "bash scripts/build.sh" in runs and "bash scripts/build.sh" in (ROOT / "README.md").read_text()
+    assert any(s.get("uses", "").startswith("actions/upload-pages-artifact") and s["with"]["path"] == "_build/html"
+               for s in steps)
+    deploy = workflow["jobs"]["deploy"]
+    assert deploy["needs"] == "build" and "refs/heads/main" in deploy["if"]
+    assert any(s.get("uses", "").startswith("actions/deploy-pages") for s in deploy["steps"])
+    assert workflow[True]["push"]["branches"] == ["main"]  # YAML 1.1 reads the key `on` as True

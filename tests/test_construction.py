@@ -330,3 +330,188 @@ def test_describe_residuals_and_plot_attention():
         describe_residuals(model, x, 30)
     with pytest.raises(TypeError, match="single-k"):
         describe_residuals(multi_hop_transformer(max_hops=2, seq_len=10), x, 0)
+
+
+# --------------------------------------------------------------------------- inverse temperature (issue 13)
+@pytest.mark.parametrize("bad", [float("nan"), 0.0, -1.0, float("inf"), -float("inf")])
+def test_setting_a_nan_or_non_positive_inverse_temperature_raises(bad):
+    model = hop_transformer(3, 20, 4)
+    before = model.inverse_temperature
+    with pytest.raises(ValueError, match="inverse_temperature"):
+        model.inverse_temperature = bad
+    assert model.inverse_temperature == before  # the model is left usable
+    x = no_repeat_letters(5, 20, 4, seed=0)
+    assert count_errors(model, x) == 0
+
+
+def test_setting_a_non_number_inverse_temperature_raises_type_error():
+    model = multi_hop_transformer(max_hops=2, seq_len=10)
+    for bad in (None, "3.0", True):
+        with pytest.raises(TypeError, match="inverse_temperature"):
+            model.inverse_temperature = bad
+    model.inverse_temperature = 7  # an int is a fine real number
+    assert model.inverse_temperature == 7.0 and isinstance(model.inverse_temperature, float)
+
+
+# --------------------------------------------------------------------------- layout and layer builders
+def test_layout_parts_name_pieces_of_their_subspace():
+    from hoplib.construction.layout import REGISTERS, hop_layout
+
+    lay = hop_layout(n_ops=3, multi=True)
+    fetch = lay["fetch"]
+    parts = [lay[f"fetch.{r}"] for r in REGISTERS]
+    assert parts[0].start == fetch.start and parts[-1].stop == fetch.stop
+    assert all(a.stop == b.start for a, b in zip(parts, parts[1:], strict=False))
+    assert [lay.size(f"fetch.{r}") for r in REGISTERS] == [lay.size(r) for r in REGISTERS]
+    assert lay.coord("letter.bot") == lay["letter"].stop - 1
+    assert lay.coord("gates.ptr5") == lay["gates"].stop - 1
+    assert "fetch.acc" in lay and "fetch.nope" not in lay
+    with pytest.raises(KeyError, match="nope"):
+        lay["nope"]
+    with pytest.raises(ValueError, match="coordinates"):
+        lay.coord("pos")
+
+
+def _written(head) -> set[int]:
+    return set(torch.nonzero(head.wo.abs().sum(0)).flatten().tolist())
+
+
+def _coords(model, *names) -> set[int]:
+    return {i for n in names for i in range(model.subspaces[n].start, model.subspaces[n].stop)}
+
+
+def test_each_layer_writes_only_its_named_subspaces():
+    model = hop_transformer(6, 40, 4)
+    heads, mlps = model.heads, model.mlps
+    assert _written(heads[0]) == _coords(model, "prev_letter")
+    assert _written(heads[1]) == _coords(model, "ptr", "ptr_letter")
+    for ell in range(3, model.n_layers + 1):
+        assert _written(heads[ell - 1]) == _coords(model, "fetch")
+        mlp_out = set(torch.nonzero(mlps[ell - 1].w2.abs().sum(0)).flatten().tolist())
+        assert mlp_out <= _coords(model, "ptr", "ptr_letter", "acc", "acc_letter", "fetch")
+    assert model.head_names[2] == "lookUp(P): P = find^2" and model.head_names[4] == "lookUp(P): P = find^8"
+
+
+def test_a_single_layer_builder_can_be_run_on_its_own():
+    from hoplib.construction.layers import Spec, doubling_layer
+    from hoplib.construction.layout import hop_layout
+
+    spec = Spec(n_layers=4, programs={3: ["acc", "acc"]}, circle=21, alphabet_size=4)
+    lay = hop_layout(spec.n_ops, multi=False)
+    head, mlp = doubling_layer(spec, lay, 3, torch.float64)
+    x = torch.zeros(1, 4, lay.width, dtype=torch.float64)
+    x[..., lay["fetch"]] = 0.5  # scratch left over: the MLP clears it
+    assert torch.allclose((x + mlp(x))[..., lay["fetch"]], torch.zeros(1, 4, 10, dtype=torch.float64))
+    assert head.wq.shape == (lay.width, 2) and head.name == "lookUp(P): P = find^2"
+
+
+def test_weight_builders_reject_mismatched_subspaces():
+    from hoplib.construction.blocks import HeadWeights, MLPWeights
+    from hoplib.construction.layout import hop_layout
+
+    lay = hop_layout(2, multi=False)
+    hw = HeadWeights(lay, n_scores=2)
+    with pytest.raises(ValueError, match="sizes differ"):
+        hw.score("pos", "letter")
+    with pytest.raises(ValueError, match="sizes differ"):
+        hw.copy("letter", "prev_letter")
+    with pytest.raises(ValueError, match="sizes differ"):
+        MLPWeights(lay).replace("acc", "fetch.acc_letter")
+
+
+# --------------------------------------------------------------------------- the chapter's computations
+def test_lookup_demo_has_margin_one_at_the_previous_key():
+    from hoplib.construction import experiments
+
+    demo = experiments.lookup_demo(n=24, query=15, seed=0)
+    assert demo.best_key == 14 and abs(demo.margin - 1) < 1e-3
+    assert len(demo.scores) == 17
+    assert torch.equal(demo.prev_letters, demo.x[:-1])
+    assert experiments.plot_lookup_scores(demo).axes
+
+
+def test_v1_find_errors_are_fractions_and_positive_on_no_repeat_data():
+    from hoplib.construction import experiments
+
+    stats = experiments.v1_find_errors(no_repeat_letters(100, 60, 4, seed=1))
+    assert 0 < stats["positions"] <= stats["sequences"] <= 1
+    assert experiments.v1_find_errors(torch.tensor([[0, 1, 0, 1]])) == {"positions": 0.0, "sequences": 0.0}
+
+
+def test_exactness_and_depth_tables_report_zero_errors_and_both_formulas():
+    from hoplib.construction import experiments
+
+    rows = experiments.exactness_table(range(1, 9), n=50, n_seq=20, seed=0)
+    assert [r["wrong"] for r in rows] == [0] * 8
+    assert [r["n_layers"] for r in rows] == [depth_ceil(k) for k in range(1, 9)]
+    assert experiments.errors_with_repeats((1, 5), n=60, alphabet_size=26, n_seq=5) == 0
+    table = experiments.depth_table(rows).splitlines()
+    assert len(table) == 9 and table[3].split() == ["3", "3", "4", "4"]
+    assert experiments.plot_depth(16).axes
+
+
+def test_subspace_and_residual_tables_have_one_line_per_item():
+    from hoplib.construction import experiments
+
+    model = hop_transformer(6, 25, 4)
+    assert len(experiments.subspace_table(model).splitlines()) == len(model.subspaces)
+    assert experiments.model_widths((1, 9), (10, 200), (2, 26)) == {model.d_model}
+    x = no_repeat_letters(1, 25, 4, seed=2)[0]
+    lines = experiments.residual_table(model, x, 24).splitlines()
+    assert len(lines) == model.n_layers + 2 and lines[0].split()[0] == "layer"
+
+
+def test_search_table_reads_live_and_stored_searches():
+    from hoplib.construction import experiments
+
+    live = experiments.search_table({1: set(), 2: {1}}, {1: 5, 2: 50}).splitlines()
+    stored = experiments.search_table({"1": [], "2": [1]}, {"1": 5, "2": 50}).splitlines()
+    assert live == stored and live[0].endswith("for k in none") and live[1].endswith("for k in [1]")
+
+
+def _precision_record(n, dtype, c_min, errors=0):
+    return {"n": n, "dtype": dtype, "k": 2, "c_min": c_min, "c_lemma_a2": 20.0 + n / 1000, "errors_at_lemma_a2":
+            errors, "ln_n": math.log(n + 1), "n_sequences": 1, "lookup_margin_raw": 0.0}
+
+
+def test_precision_summary_finds_the_largest_exact_and_first_failing_n():
+    from hoplib.construction import experiments
+
+    recs = [_precision_record(n, dt, c) for n, dt, c in [(64, "float32", 4.0), (64, "float64", 4.0),
+                                                       (1024, "float32", 9.04), (1024, "float64", 8.0),
+                                                       (2048, "float32", None), (2048, "float64", 8.5)]]
+    s = experiments.precision_summary(recs)
+    assert (s["n_top"], s["n_ok"], s["c32"], s["c64"], s["n_fail32"], s["n_fail64"]) == (2048, 1024, 9.0, 8.0,
+                                                                                           2048, None)
+    assert s["c_lemma32"] == 21.0 and s["errors_at_lemma32"] == 0
+    with pytest.raises(ValueError, match="float32"):
+        experiments.precision_summary([_precision_record(64, "float32", None)])
+    fig = experiments.plot_precision(recs[:2], recs, hi=300.0)
+    assert any("no c up to 300" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert len(experiments.precision_table(recs[:2]).splitlines()) == 2
+
+
+def test_precision_command_line_writes_a_results_file(tmp_path):
+    import json
+
+    from hoplib.construction.cli import main
+
+    out = tmp_path / "precision.json"
+    main(["precision", "--ns", "16", "--k", "2", "--total-letters", "64", "--out", str(out)])
+    rec = json.loads(out.read_text())
+    assert [r["dtype"] for r in rec["data"]] == ["float32", "float64"]
+    assert rec["parameters"]["rel_tol"] == 0.05 and "provenance" in rec
+
+
+def test_hop_program_checker_covers_k_1():
+    from hoplib.exercises.construction import check_hop_program
+
+    def wrong_at_1(k):  # the chapter's old solution: a 3-layer, 2-hop program for k = 1
+        a = (k - 1).bit_length()
+        if k == 2 ** a:
+            return ["keep"] * (a - 1) + ["ptr"]
+        return ["acc" if (k >> b) & 1 else "keep" for b in range(a)]
+
+    result = check_hop_program(wrong_at_1)
+    assert not result.passed and "k=1" in result.failures[0]
+    assert check_hop_program(lambda k: [] if k == 1 else wrong_at_1(k)).passed

@@ -178,6 +178,20 @@ def test_training_learns_the_trivial_case_and_is_deterministic() -> None:
     assert cot_errors(model, task, n_samples=100, device="cpu")[0]["error"] == 0.0
 
 
+def test_training_uses_the_shared_loop_and_reports_divergence() -> None:
+    from hoplib.train import DivergedError
+
+    task = CotTask(seq_len=8, alphabet_size=3, max_hops=1)
+    with pytest.raises(DivergedError, match="diverged") as info:
+        train_cot(cot_model(task, d_model=16, heads=2), task, steps=20, lr=1e30, warmup_steps=1, device="cpu",
+                  progress=False)
+    assert len(info.value.history["loss"]) < 20
+    with pytest.raises(ValueError, match="seed"):
+        train_cot(cot_model(task, d_model=16, heads=2), task, steps=2, seed=-1, device="cpu", progress=False)
+    with pytest.raises(ValueError, match="steps"):
+        train_cot(cot_model(task, d_model=16, heads=2), task, steps=2**20, device="cpu", progress=False)
+
+
 @pytest.mark.slow
 def test_one_layer_learns_hop_k_with_the_full_pointer_chain() -> None:
     task = CotTask(seq_len=12, alphabet_size=4, max_hops=3, min_hops=1, chain="full")
@@ -269,7 +283,7 @@ def test_inputs_are_validated() -> None:
 
 
 def test_exercise_checkers_accept_the_reference_and_reject_a_letter_only_chain() -> None:
-    from hoplib.exercises.beyond_cot import check_full_chain, check_lookups
+    from hoplib.exercises.chain_of_thought import check_full_chain, check_lookups
     from hoplib.tasks import find
 
     def good_chain(letters: list[int], k: int) -> list[str]:

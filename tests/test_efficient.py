@@ -9,28 +9,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import efficient as eff
 from hoplib.lower_bounds import efficient_attention as attn
+from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.models import GPT, GPTConfig, gpt_for_task
+from hoplib.report import ErrorRecord, smallest_depth
 from hoplib.tasks import HopTask
 
 
 def _gpt(kind: str, n: int, vocab: int, seed: int = 0, **kw) -> GPT:
     torch.manual_seed(seed)
     cfg = GPTConfig(vocab_size=vocab, n_positions=n, depth=kw.pop("depth", 2), d_model=kw.pop("d_model", 16),
-                    heads=kw.pop("heads", 2), attention=kind, **kw)
+                    heads=kw.pop("heads", 2), attention=attn.attention_spec(kind, **kw))
     return GPT(cfg).eval()
-
-
-def test_float_bits_round_trip_is_exact():
-    t = torch.randn(3, 5) * 1e3
-    t[0, 0] = float("inf")
-    bits = eff.floats_to_bits(t)
-    assert len(bits) == 32 * 15 and set(bits) <= {0, 1}
-    assert torch.equal(eff.bits_to_floats(bits, (3, 5)), t)
-    with pytest.raises(ValueError, match="bits"):
-        eff.bits_to_floats(bits[:-32], (3, 5))
 
 
 @pytest.mark.parametrize("k, q", [(1, 3), (2, 3), (3, 4), (4, 2)])
@@ -38,7 +30,7 @@ def test_kernel_protocol_output_equals_forward_pass_and_bits_match_formula(k, q)
     inst = pc.random_instance(k, q, seed=k)
     x, _ = pc.to_hop_sequence(inst)
     model = _gpt("performer", len(x), inst.alphabet_size, seed=k, n_features=12)
-    board = pc.Blackboard(k)
+    board = comm.Blackboard(k)
     out, bits = eff.simulate_kernel_protocol(model, x, k, blackboard=board)
     direct = model(torch.from_numpy(x)[None])[0, -1]
     assert (out - direct).abs().max().item() < 1e-5
@@ -75,7 +67,7 @@ def test_longformer_protocol_output_equals_forward_pass_and_bits_match_formula(n
 def test_longformer_posts_only_positions_that_a_later_query_attends():
     n, p, w, g = 23, 5, 3, 4
     mask = attn.longformer_mask(n, w, g)
-    starts = np.concatenate([[0], np.cumsum(pc.block_sizes(n, p))])
+    starts = np.concatenate([[0], np.cumsum(comm.block_sizes(n, p))])
     posts = eff.posted_positions(n, p, w, g)
     for j, positions in posts.items():
         end = starts[p - j + 1]
@@ -144,32 +136,51 @@ def test_favor_error_records_decrease_with_features():
     assert eff.favor_slope(recs) < 0
 
 
-def test_attention_sweep_records_and_summaries():
+def test_attention_sweep_records_feed_the_depth_report():
     task = HopTask(seq_len=10, max_hops=2)
+    seen = []
     recs = eff.attention_sweep(task, depths=[1], d_model=16, heads=2, n_features=8, window=2, global_every=4,
-                               steps=3, warmup_steps=1, n_samples=4, device="cpu", progress=False)
-    assert {r["kind"] for r in recs} == set(eff.KINDS) and len(recs) == 3 * 3
+                               steps=3, warmup_steps=1, n_samples=4, device="cpu", progress=False,
+                               on_model=lambda r: seen.append(len(r)))
+    assert {r["kind"] for r in recs} == set(eff.KINDS) and len(recs) == 3 * 3 and seen == [3, 6, 9]
     assert all(0 <= r["error"] <= 1 for r in recs)
-    need = eff.depth_needed(recs, 1.0)
-    assert all(need[kind, k] == 1 for kind in eff.KINDS for k in range(3))
-    assert "performer L=1" in eff.error_table(recs)
-    assert len(eff.plot_attention_sweep(recs, "t").axes) == 3
-    fake = [{"kind": "softmax", "depth": 2, "k": k, "error": e} for k, e in enumerate([0.0, 0.01, 0.02, 0.5, 0.0])]
-    assert eff.solved_up_to(fake, "softmax", 2, 0.05) == 2
-    with pytest.raises(ValueError, match="threshold"):
-        eff.depth_needed(recs, 2.0)
+    perf = [r for r in recs if r["kind"] == "performer"]
+    assert all((r["n_features"], r["window"], r["heads"]) == (8, None, 2) for r in perf)
+    long = [r for r in recs if r["kind"] == "longformer"]
+    assert all((r["n_features"], r["window"], r["global_every"]) == (None, 2, 4) for r in long)
+    records = [ErrorRecord(r["kind"], r["depth"], r["k"], r["error"], r["d_model"]) for r in recs]
+    assert smallest_depth(records, threshold=1.0, family="performer") == {0: 1, 1: 1, 2: 1}
     with pytest.raises(ValueError, match="kinds"):
         eff.attention_sweep(task, kinds=["rnn"], steps=1)
+    with pytest.raises(TypeError, match="task"):
+        eff.attention_sweep("task", steps=1)
+
+
+def test_attention_sweep_trains_each_model_like_fit_with_the_same_seeds():
+    from hoplib.evaluate import per_k_error
+    from hoplib.train import TrainConfig, fit
+
+    task = HopTask(seq_len=10, max_hops=2)
+    recs = eff.attention_sweep(task, kinds=["longformer"], depths=[1, 2], d_model=16, heads=2, window=2, steps=4,
+                               warmup_steps=1, n_samples=8, seed=3, device="cpu", progress=False)
+    torch.manual_seed(3 + 1)  # the second grid point
+    model = gpt_for_task(task, depth=2, d_model=16, heads=2, attention=attn.LongformerAttention(2))
+    hist = fit(model, task, TrainConfig(steps=4, lr=1e-3, warmup_steps=1, seed=3), device="cpu", progress=False)
+    errors = per_k_error(model, task, n_samples=8, seed=3, device="cpu")
+    got = {r["k"]: r for r in recs if r["depth"] == 2}
+    assert {k: got[k]["error"] for k in got} == {int(k): float(e) for k, e in errors.items()}
+    assert got[0]["final_loss"] == pytest.approx(sum(hist["loss"]) / 4)
 
 
 def test_gpt_for_task_forwards_attention_settings():
     task = HopTask(seq_len=10, max_hops=2)
-    m = gpt_for_task(task, depth=1, d_model=16, heads=2, attention="longformer", window=1, global_every=3)
-    assert (m.config.window, m.config.global_every) == (1, 3)
+    m = gpt_for_task(task, depth=1, d_model=16, heads=2, attention=attn.LongformerAttention(1, 3))
+    assert (m.config.attention.window, m.config.attention.global_every) == (1, 3)
+    assert isinstance(m.blocks[0].attn, attn.LongformerSelfAttention)
 
 
 def test_exercise_checkers_accept_right_and_reject_wrong_answers():
-    from hoplib.exercises import beyond_eff as ex
+    from hoplib.exercises import efficient_attention as ex
 
     assert ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w, g)).passed
     assert not ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w + 1, g)).passed

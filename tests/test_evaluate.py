@@ -214,3 +214,59 @@ def test_best_pattern_heatmap_writes_the_argmax_of_each_cell():
     plt.close("all")
     with pytest.raises(TypeError, match="table"):
         plot_best_pattern({"ks": []})
+
+
+# ----------------------------------------------------------------------------- models that do not fit the task
+class _TinyModel(nn.Module):
+    """Embedding + linear map with chosen numbers of embedding rows and output classes."""
+
+    def __init__(self, rows: int, classes: int):
+        super().__init__()
+        self.emb = nn.Embedding(rows, 8)
+        self.out = nn.Linear(8, classes)
+
+    def forward(self, ids):
+        return self.out(self.emb(ids))
+
+
+def test_per_k_error_rejects_a_model_with_too_few_output_classes():
+    task = HopTask(seq_len=12, max_hops=2)
+    model = _TinyModel(task.vocab_size, task.vocab_size - 2)  # can never predict the last two token ids
+    with pytest.raises(ValueError, match="logits per position"):
+        per_k_error(model, task, n_samples=4, device="cpu")
+    with pytest.raises(ValueError, match="logits per position"):
+        error_records(model, task, n_samples=4, device="cpu")
+
+
+def test_per_k_error_rejects_a_model_with_too_few_embedding_rows():
+    task = HopTask(seq_len=12, max_hops=2)
+    with pytest.raises(ValueError, match="embedding"):
+        per_k_error(_TinyModel(task.vocab_size - 3, task.vocab_size), task, n_samples=4, device="cpu")
+
+
+def test_per_k_error_checks_a_gpt_config_against_the_task():
+    from hoplib.models import GPT, GPTConfig
+
+    task = HopTask(seq_len=12, max_hops=2)
+    few_classes = GPT(GPTConfig(vocab_size=task.vocab_size, n_positions=11, depth=1, d_model=8, heads=1,
+                                n_classes=task.vocab_size - 1))
+    with pytest.raises(ValueError, match=r"output classes \(num_classes\)"):
+        per_k_error(few_classes, task, n_samples=4, device="cpu")
+    few_rows = GPT(GPTConfig(vocab_size=task.vocab_size - 1, n_positions=11, depth=1, d_model=8, heads=1))
+    with pytest.raises(ValueError, match=r"embedding rows \(vocab_size\)"):
+        per_k_error(few_rows, task, n_samples=4, device="cpu")
+
+
+def test_predictions_checks_the_logits_shape():
+    task = HopTask(seq_len=12, max_hops=2)
+    x = task.sample(2, seed=0)[0]
+    assert predictions(_TinyModel(task.vocab_size, 5), x).shape == x.shape  # no class count asked for
+    with pytest.raises(ValueError, match="5 logits per position"):
+        predictions(_TinyModel(task.vocab_size, 5), x, num_classes=task.vocab_size)
+
+    class Flat(nn.Module):
+        def forward(self, ids):
+            return torch.zeros(ids.shape[0], 30)
+
+    with pytest.raises(ValueError, match="must map ids"):
+        predictions(Flat(), x)

@@ -282,6 +282,22 @@ def test_train_gnn_learns_d2_with_enough_depth_and_not_without():
     assert shallow["accuracy"] < 0.62  # chance by locality (0.5 +- sampling noise)
 
 
+def test_gnn_and_transformer_training_use_the_shared_loop_and_report_divergence():
+    from hoplib.train import DivergedError
+
+    with pytest.raises(DivergedError, match="diverged"):
+        train_gnn("path", 2, 2, n_random=0, steps=20, width=8, eval_size=16, lr=1e30)
+    with pytest.raises(DivergedError, match="diverged"):
+        train_transformer("path", 2, 1, steps=20, d_model=8, heads=2, eval_size=16, lr=1e30)
+    with pytest.raises(ValueError, match="lr"):
+        train_gnn("path", 2, 2, steps=2, lr=0.0)
+    with pytest.raises(ValueError, match="seed"):
+        train_gnn("path", 2, 2, steps=2, seed=-1)
+    a = train_gnn("cycle", 3, 2, steps=5, width=4, eval_size=32, seed=1)
+    b = train_gnn("cycle", 3, 2, steps=5, width=4, eval_size=32, seed=1)
+    assert (a["accuracy"], a["final_loss"]) == (b["accuracy"], b["final_loss"])
+
+
 def test_train_transformer_runs_and_reports():
     r = train_transformer("path", 2, 1, steps=5, d_model=16, heads=2, eval_size=64)
     assert 0.0 <= r["accuracy"] <= 1.0 and r["model"] == "transformer"
@@ -309,7 +325,7 @@ def test_depth_sweep_runs_the_requested_jobs_and_plots():
 
 
 def test_exercise_checkers_accept_right_and_reject_wrong_answers():
-    from hoplib.exercises.beyond_gnn import check_reach_layer, check_squarings
+    from hoplib.exercises.gnn import check_reach_layer, check_squarings
 
     def layer(h, edges):
         out = h.copy()

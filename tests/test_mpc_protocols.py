@@ -6,9 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib.mpc import MPCLimitError, MPCSimulator
-from hoplib.mpc.primitives import forward_fill, lookup, reduce_min, sample_sort
-from hoplib.mpc.protocols import connected_components_protocol, cycles_instance, hop_protocol
+from hoplib.mpc import MPCLimitError, MPCNotConvergedError, MPCSimulator
+from hoplib.mpc.primitives import forward_fill, lookup, prefix_counts, reduce_min, sample_sort
+from hoplib.mpc.protocols import (
+    components_min_memory,
+    connected_components_protocol,
+    cycles_instance,
+    hop_min_memory,
+    hop_protocol,
+)
 from hoplib.tasks import hop
 
 
@@ -73,10 +79,10 @@ def test_hop_protocol_matches_hop_with_audit(k):
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.integers(0, 5), min_size=1, max_size=300), st.integers(0, 40),
-       st.sampled_from([64, 100, 256]))
-def test_hop_protocol_matches_hop_on_random_sequences(xs, k, memory):
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=300), st.integers(0, 40), st.sampled_from([0, 19, 175]))
+def test_hop_protocol_matches_hop_on_random_sequences(xs, k, extra):
     x = np.array(xs, dtype=np.int64)
+    memory = hop_min_memory(len(x)) + extra
     answer, stats = hop_protocol(x, k, memory)
     np.testing.assert_array_equal(answer, hop(x, k))
     assert stats.max_memory <= memory
@@ -87,6 +93,29 @@ def test_hop_protocol_doubling_rounds_are_two_per_bit_of_k():
     for k in (1, 2, 3, 16, 31, 100):
         _, stats = hop_protocol(x, k, 128)
         assert stats.phases["pointer doubling"] == 2 * k.bit_length()
+
+
+def test_hop_min_memory_grows_like_log_squared():
+    assert [hop_min_memory(n) for n in (1, 2, 32, 33, 500, 2000, 4096, 65536)] == [32, 32, 32, 36, 81, 121, 144, 256]
+    with pytest.raises(ValueError, match="n must be in"):
+        hop_min_memory(0)
+
+
+@pytest.mark.parametrize("n", [500, 2000, 4096])
+def test_hop_protocol_meets_its_limits_at_its_stated_minimum_memory(n):
+    memory = hop_min_memory(n)  # the old protocol promised 32 words and failed here for 1 to 5 of 5 seeds
+    for seed in range(5):
+        x = np.random.default_rng(seed).integers(0, (4, 2, 26, n, 4)[seed], n)
+        answer, stats = hop_protocol(x, 6, memory, seed=seed)
+        np.testing.assert_array_equal(answer, hop(x, 6))
+        assert stats.max_memory <= memory
+        assert max(stats.max_received_per_round) <= memory and max(stats.max_sent_per_round) <= memory
+
+
+@pytest.mark.parametrize("n", [500, 2000, 4096])
+def test_hop_protocol_rejects_memory_below_its_stated_minimum(n):
+    with pytest.raises(ValueError, match=f"at least hop_min_memory\\(N\\).* = {hop_min_memory(n)} words"):
+        hop_protocol(np.zeros(n, np.int64), 1, hop_min_memory(n) - 1)
 
 
 def test_hop_protocol_rejects_bad_inputs():
@@ -132,6 +161,46 @@ def test_one_cycle_versus_two_cycles_is_decided(n):
     assert len(np.unique(one)) == 1 and len(np.unique(two)) == 2
 
 
+def test_components_protocol_reports_convergence_and_raises_when_cut_short():
+    edges = cycles_instance(64, False, 1)
+    labels, stats = connected_components_protocol(edges, 64, 256)
+    assert stats.converged is True and stats.as_dict()["converged"] is True and len(np.unique(labels)) == 1
+    with pytest.raises(MPCNotConvergedError, match="did not converge in max_iterations = 1") as info:
+        connected_components_protocol(edges, 64, 256, max_iterations=1)
+    assert info.value.stats.converged is False and len(np.unique(info.value.labels)) > 1
+    unfinished, stats = connected_components_protocol(edges, 64, 256, max_iterations=1, strict=False)
+    assert stats.converged is False and len(np.unique(unfinished)) > 1
+    labels, stats = connected_components_protocol(edges, 64, 256, max_iterations=stats.phases["iterations"] + 20)
+    assert stats.converged is True
+
+
+def test_prefix_counts_give_every_machine_its_offset_and_the_total_with_audit():
+    rng = np.random.default_rng(4)
+    q = 23
+    machine = np.sort(rng.integers(0, q, 150))
+    sim = MPCSimulator(q, 32, audit=True)
+    sim.load("t", machine, np.arange(150)[:, None])
+    prefix_counts(sim, "t", "pc", fanout=3)
+    sim.finish()
+    pc = sim.table("pc")
+    counts = np.bincount(machine, minlength=q)
+    got = pc.data[np.argsort(pc.machine)]
+    np.testing.assert_array_equal(got[:, 0], np.cumsum(counts) - counts)
+    assert np.all(got[:, 1] == 150)
+
+
+def test_sample_sort_leaves_every_machine_at_most_its_share_plus_one():
+    rng = np.random.default_rng(5)
+    n, q = 2000, 125
+    sim = MPCSimulator(q, 96)
+    sim.load("t", np.arange(n) % q, rng.permutation(10 * n)[:n, None])
+    sample_sort(sim, "t", n)
+    t = sim.table("t")
+    assert np.bincount(t.machine, minlength=q).max() <= -(-n // q)
+    order = np.lexsort((t.data[:, 0], t.machine))
+    assert np.all(np.diff(t.data[order, 0]) > 0)
+
+
 def test_a_too_small_memory_for_the_protocol_raises_limit_error():
     sim = MPCSimulator(2, 6)
     with pytest.raises(MPCLimitError):
@@ -170,4 +239,6 @@ def test_connected_components_protocol_rejects_bad_edges():
     with pytest.raises(ValueError, match="shape"):
         connected_components_protocol(np.array([[0, 1, 2]]), 5, 128)
     with pytest.raises(ValueError, match="too large"):
-        connected_components_protocol(np.zeros((2**19, 2), np.int64), 2**20, 128)
+        connected_components_protocol(np.zeros((2**19, 2), np.int64), 2**20, components_min_memory(2**20, 2**19))
+    with pytest.raises(ValueError, match=r"at least components_min_memory .* = 169 words for n = 3000, E = 2500"):
+        connected_components_protocol(np.zeros((2500, 2), np.int64), 3000, 168)

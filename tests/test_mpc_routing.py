@@ -92,3 +92,15 @@ def test_transformer_mpc_raises_when_routing_fails():
     sim = Starved(4, 32)
     with pytest.raises(MPCProtocolError, match="lost or invented"):
         sim.load("a", np.array([0, 0, 1, 2, 3, 3]), np.arange(12).reshape(6, 2))
+
+
+def test_transformer_layers_are_fitted_to_the_input_and_report_the_input_independent_width():
+    from hoplib.mpc.transformer_sim import input_independent_width
+
+    x = np.random.default_rng(5).integers(0, 3, 24)
+    _, sim = hop_as_transformer(x, 2, 32)
+    routed = [e for e in sim.layer_log if e["messages"]]
+    assert routed and all(e["width"] < e["input_independent_width"] for e in routed)
+    assert all(e["input_independent_width"] == input_independent_width(sim.num_tokens, 32, e["message_words"])
+               for e in routed)
+    assert input_independent_width(100, 4, 1) > input_independent_width(100, 2, 1) > input_independent_width(10, 2, 1)

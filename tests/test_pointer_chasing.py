@@ -1,5 +1,5 @@
-"""Tests for hoplib.lower_bounds.communication: Definition E.2, Proposition E.4's encoding, Definition E.1,
-Corollary 5.2."""
+"""Tests of hoplib.lower_bounds.pointer_chasing (Definition E.2, Proposition E.4's encoding, Proposition E.3's
+two protocols) and of Corollary 5.2's reduction (hoplib.lower_bounds.rnn.simulate_rnn_protocol) on its instances."""
 
 import math
 
@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import communication as comm
+from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
 from hoplib.tasks import find_k, hop, hop_reference
 
@@ -115,38 +116,6 @@ def test_decode_answer_accepts_tensors_and_rejects_other_symbols():
         pc.decode_answer(inst, 8.0)
 
 
-def test_block_sizes_give_player_one_the_extra_symbol():
-    assert pc.block_sizes(2 * 3 * 5 + 1, 3) == [10, 10, 11]
-    assert sum(pc.block_sizes(17, 4)) == 17
-    with pytest.raises(ValueError, match="num_players"):
-        pc.block_sizes(3, 4)
-
-
-# --------------------------------------------------------------------------- Definition E.1
-def test_blackboard_enforces_order_and_message_size_and_counts_bits():
-    board = pc.Blackboard(3, message_bits=4)
-    board.post(1, 3, [1, 0])
-    board.post(1, 1, (1, 1, 1))
-    with pytest.raises(ValueError, match="P_2"):
-        board.post(1, 2, [0])  # P_2 speaks before P_1 in a round
-    with pytest.raises(ValueError, match="message_bits"):
-        board.post(2, 3, [0] * 5)
-    with pytest.raises(ValueError, match="0 and 1"):
-        board.post(2, 3, [2])
-    board.post(2, 2, [])
-    assert board.total_bits == 5
-    assert board.max_message_bits == 3
-    assert board.rounds == 2
-    assert board.output == (1, 1, 1)
-    assert board.last_message(3) == (1, 0)
-    assert board.last_message(2, round=1) is None
-
-
-@given(st.integers(0, 2**20 - 1))
-def test_int_bits_roundtrip(v):
-    assert pc.bits_to_int(pc.int_to_bits(v, 20)) == v
-
-
 @pytest.mark.parametrize("k,q", [(1, 4), (2, 5), (5, 8), (7, 3)])
 def test_k_round_and_one_round_protocols_solve_pointer_chasing(k, q):
     for seed in range(15):
@@ -169,8 +138,8 @@ def test_depth_k_hop_rnn_run_as_a_protocol_answers_pointer_chasing(k, q):
         inst = pc.random_instance(k, q, seed)
         x, answer = pc.to_hop_sequence(inst)
         model = rnn.hop_rnn(k, inst.alphabet_size)
-        board = pc.Blackboard(k)
-        out, bits = pc.simulate_rnn_protocol(model, x, k, blackboard=board)
+        board = comm.Blackboard(k)
+        out, bits = rnn.simulate_rnn_protocol(model, x, k, blackboard=board)
         assert torch.equal(out, model(torch.from_numpy(x)[None])[0, -1])
         symbol = int(out.argmax())
         assert pc.decode_answer(inst, -1 if symbol == inst.alphabet_size else symbol) == answer
@@ -178,13 +147,13 @@ def test_depth_k_hop_rnn_run_as_a_protocol_answers_pointer_chasing(k, q):
         assert bits == k * (k - 1) * model.state_bits()[0] + math.ceil(math.log2(c))
         assert bits == board.total_bits
         assert board.rounds == k
-        assert pc.bits_to_int(board.output) == symbol
+        assert comm.bits_to_int(board.output) == symbol
 
 
 def test_shallower_hop_rnn_protocol_does_not_reach_the_answer():
     inst = pc.random_instance(4, 6, seed=0)
     x, _ = pc.to_hop_sequence(inst)
-    out, _ = pc.simulate_rnn_protocol(rnn.hop_rnn(3, inst.alphabet_size), x, 4)
+    out, _ = rnn.simulate_rnn_protocol(rnn.hop_rnn(3, inst.alphabet_size), x, 4)
     assert pc.decode_answer(inst, int(out.argmax())) is None
 
 
@@ -192,8 +161,8 @@ def test_prefix_rnn_protocol_uses_one_round():
     inst = pc.random_instance(3, 4, seed=1)
     x, answer = pc.to_hop_sequence(inst)
     model = rnn.prefix_rnn(3, inst.alphabet_size, max_len=len(x))
-    board = pc.Blackboard(3)
-    out, bits = pc.simulate_rnn_protocol(model, x, 3, blackboard=board)
+    board = comm.Blackboard(3)
+    out, bits = rnn.simulate_rnn_protocol(model, x, 3, blackboard=board)
     assert pc.decode_answer(inst, int(out.argmax())) == answer
     assert board.rounds == 1
     assert bits == 2 * model.state_bits()[0] + math.ceil(math.log2(inst.alphabet_size + 1))
@@ -205,24 +174,24 @@ def test_trained_style_rnn_protocol_output_equals_forward_pass(kind, players):
     torch.manual_seed(0)
     model = rnn.recurrent_model(kind, 12, d_model=16, n_layers=2, n_classes=13)
     x = torch.randint(0, 12, (23,))
-    board = pc.Blackboard(players)
-    out, bits = pc.simulate_rnn_protocol(model, x, players, blackboard=board)
+    board = comm.Blackboard(players)
+    out, bits = rnn.simulate_rnn_protocol(model, x, players, blackboard=board)
     direct = model(x[None])[0, -1]
     torch.testing.assert_close(out, direct, atol=1e-5, rtol=1e-5)
-    assert int(out.argmax()) == pc.bits_to_int(board.output)
+    assert int(out.argmax()) == comm.bits_to_int(board.output)
     assert bits == 2 * (players - 1) * model.state_bits()[0] + math.ceil(math.log2(13))
 
 
 def test_simulate_rnn_protocol_rejects_bad_inputs():
     model = rnn.hop_rnn(2, 3)
     with pytest.raises(TypeError, match="model"):
-        pc.simulate_rnn_protocol(torch.nn.Linear(2, 2), np.zeros(4, dtype=np.int64), 2)
+        rnn.simulate_rnn_protocol(torch.nn.Linear(2, 2), np.zeros(4, dtype=np.int64), 2)
     with pytest.raises(ValueError, match="1-D"):
-        pc.simulate_rnn_protocol(model, np.zeros((2, 4), dtype=np.int64), 2)
+        rnn.simulate_rnn_protocol(model, np.zeros((2, 4), dtype=np.int64), 2)
     with pytest.raises(ValueError, match="num_players"):
-        pc.simulate_rnn_protocol(model, np.zeros(4, dtype=np.int64), 5)
+        rnn.simulate_rnn_protocol(model, np.zeros(4, dtype=np.int64), 5)
     with pytest.raises(TypeError, match="x"):
-        pc.simulate_rnn_protocol(model, np.zeros(4), 2)
+        rnn.simulate_rnn_protocol(model, np.zeros(4), 2)
 
 
 def test_lower_bound_scale():

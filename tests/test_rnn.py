@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hoplib.lower_bounds import rnn
+from hoplib.models import count_parameters
 from hoplib.tasks import HopTask, hop
 
 
@@ -214,7 +215,7 @@ def test_recurrent_model_validates_arguments():
 def test_count_parameters_counts_trainable_weights():
     m = rnn.recurrent_model("gru", 10, d_model=8, n_layers=1, mlp_ratio=0)
     gru = 3 * (8 * 8 + 8 * 8 + 2 * 8)
-    assert rnn.count_parameters(m) == 10 * 8 + 2 * 8 + gru + 2 * 8 + 8 * 10 + 10
+    assert count_parameters(m) == 10 * 8 + 2 * 8 + gru + 2 * 8 + 8 * 10 + 10
 
 
 # --------------------------------------------------------------------------- depth for width
@@ -243,7 +244,7 @@ def test_collapse_of_a_trainable_model_computes_the_same_function():
 # --------------------------------------------------------------------------- exercise checkers
 def test_exercise_checkers_accept_right_answers_and_reject_wrong_ones():
     from hoplib.exercises import rnn as ex
-    from hoplib.lower_bounds import communication as pc
+    from hoplib.lower_bounds import pointer_chasing as pc
 
     def step(memory, prev, x, y, a):
         memory = list(memory)
@@ -275,7 +276,24 @@ def test_depth_sweep_returns_one_record_per_model_and_k():
     assert {(r["kind"], r["depth"]) for r in recs} == {("gru", 1), ("gru", 2), ("transformer", 1), ("transformer", 2)}
     assert all(0.0 <= r["error"] <= 1.0 for r in recs)
     assert all(r["state_bits"] == (8 * 32 if r["kind"] == "gru" else 0) for r in recs)
+    assert all(set(r) == {"kind", "d_model", "depth", "state_bits", "params", "k", "error", "final_loss",
+                          "train_time_s"} for r in recs)
     with pytest.raises(ValueError, match="kinds"):
         rnn.depth_sweep(task, kinds=("rwkv",), steps=1, progress=False)
     with pytest.raises(TypeError, match="task"):
         rnn.depth_sweep("task", steps=1, progress=False)
+    with pytest.raises(ValueError, match="lr"):
+        rnn.depth_sweep(task, kinds=("gru",), steps=1, lr=-1.0, progress=False)
+
+
+def test_depth_sweep_is_reproducible_and_records_feed_the_depth_report():
+    from hoplib.report import ErrorRecord, error_table
+
+    task = HopTask(seq_len=10, alphabet_size=4, max_hops=1)
+    runs = [rnn.depth_sweep(task, kinds=("lstm",), depths=(1, 2), widths=(8,), steps=2, warmup_steps=1,
+                            n_samples=4, seed=1, device="cpu", progress=False) for _ in range(2)]
+    strip = [[{k: v for k, v in r.items() if k != "train_time_s"} for r in run] for run in runs]
+    assert strip[0] == strip[1]
+    records = [ErrorRecord(r["kind"], r["depth"], r["k"], r["error"], r["d_model"]) for r in runs[0]]
+    table = error_table(records, family="lstm")
+    assert sorted(table) == [1, 2] and all(sorted(row) == [0, 1] for row in table.values())

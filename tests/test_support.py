@@ -113,3 +113,20 @@ def test_checkers_accept_correct_and_explain_wrong_functions():
 def test_check_function_rejects_non_callable():
     with pytest.raises(TypeError, match="user_fn must be callable"):
         check_function(3, abs, [(1,)])
+
+
+def test_autocast_uses_bf16_only_on_cuda_gpus_that_support_it(monkeypatch):
+    import contextlib
+
+    import torch
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert device.autocast_dtype(cuda) is torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)  # a T4: float32, no autocast
+    assert device.autocast_dtype(cuda) is None
+    assert isinstance(device.autocast(cuda), contextlib.nullcontext)
+    assert device.autocast_dtype(torch.device("cpu")) is None
+    assert isinstance(device.autocast(torch.device("cpu")), contextlib.nullcontext)
+    with pytest.raises(TypeError, match="torch.device"):
+        device.autocast_dtype("cuda")

@@ -1,56 +1,63 @@
-"""Tests of hoplib.training.sweep: grids, profiles, skipping finished runs, resuming interrupted ones, ensembles."""
+"""Tests of hoplib.training.sweep (Section 4.2 / Appendix G's grids): named grids, skipping finished runs, resuming
+interrupted ones, ensembles, shards, diverged runs, and clear errors for damaged records."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 import hoplib.train as train_mod
-from hoplib.training.sweep import AUTHORS_ERRORS, Grid, authors_table, collect, profile, run_name, run_sweep
+from hoplib.train import RunConfig, finished_results
+from hoplib.training.sweep import GRIDS, Grid, cli, collect, grid, run_name, run_status, run_sweep
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(seq_len=10, max_hops=2, steps=30, lr=3e-3, warmup_steps=3, batch_size=8, eval_samples=10)
 
 
-def test_paper_profile_is_the_authors_v1_grid():
-    configs = profile("paper").configs()
+def test_paper_grid_is_the_authors_v1_grid_and_grids_are_named_once():
+    configs = grid("paper").configs()
     assert len(configs) == 20  # (4, 128): 5 depths x 3 regimes; (8, 256): 5 depths, infinite only
-    assert {(c["d_model"], c["heads"]) for c in configs} == {(128, 4), (256, 8)}
-    assert {c["n_train"] for c in configs if c["d_model"] == 256} == {None}
-    assert {c["n_train"] for c in configs if c["d_model"] == 128} == {1000, 3000, None}
+    assert all(isinstance(c, RunConfig) for c in configs)
+    assert {(c.d_model, c.heads) for c in configs} == {(128, 4), (256, 8)}
+    assert {c.train.n_train for c in configs if c.d_model == 256} == {None}
+    assert {c.train.n_train for c in configs if c.d_model == 128} == {1000, 3000, None}
     c = configs[0]
-    assert (c["seq_len"], c["max_hops"], c["steps"], c["lr"], c["warmup_steps"], c["batch_size"]) == (
+    assert (c.seq_len, c.max_hops, c.train.steps, c.train.lr, c.train.warmup_steps, c.train.batch_size) == (
         100, 16, 100_000, 1e-4, 1000, 32)
-    assert c["head"] == "layernorm" and c["dropout"] == 0.1 and c["weight_decay"] == 0.01
-    assert {c["depth"] for c in configs} == {2, 3, 4, 5, 6}
-    small = profile("small").configs()
-    assert len(small) == 10 and {c["depth"] for c in small} == {2, 3}
-    assert {(c["d_model"], c["heads"]) for c in small} == {(16, 1), (32, 2), (64, 4)}
-    assert {c["n_train"] for c in small if c["d_model"] == 64} == {250, 1000, None}
-    assert {c["n_train"] for c in small if c["d_model"] < 64} == {None}
-    assert all(c["seq_len"] == 32 and c["max_hops"] == 4 and c["head"] == "linear" for c in small)
-    quick = profile("quick").configs()
-    assert max(c["max_hops"] for c in quick) <= 4 and len(quick) >= 3
+    assert c.head == "layernorm" and c.dropout == 0.1 and c.train.weight_decay == 0.01
+    assert {c.depth for c in configs} == {2, 3, 4, 5, 6}
+    small = grid("small").configs()
+    assert len(small) == 10 and {c.depth for c in small} == {2, 3}
+    assert {(c.d_model, c.heads) for c in small} == {(16, 1), (32, 2), (64, 4)}
+    assert {c.train.n_train for c in small if c.d_model == 64} == {250, 1000, None}
+    assert {c.train.n_train for c in small if c.d_model < 64} == {None}
+    assert all(c.seq_len == 32 and c.max_hops == 4 and c.head == "linear" for c in small)
+    quick = grid("quick").configs()
+    assert max(c.max_hops for c in quick) <= 4 and len(quick) >= 3
+    assert set(GRIDS) == {"quick", "small", "medium", "paper"} and grid("quick") is GRIDS["quick"]
     with pytest.raises(ValueError, match="name"):
-        profile("huge")
+        grid("huge")
 
 
-def test_authors_table_reads_the_published_errors():
-    if not AUTHORS_ERRORS.exists():
-        pytest.skip("results/training/authors-errors.json not present")
-    t = authors_table(heads=4)
-    assert sorted(t) == [2, 3, 4, 5, 6] and all(sorted(v) == list(range(17)) for v in t.values())
-    assert t[2][1] == pytest.approx(0.010, abs=5e-4) and t[6][16] == pytest.approx(0.062, abs=5e-4)
-    assert authors_table(heads=4, n_train=1000)[2][1] == pytest.approx(0.18, abs=0.005)
+@pytest.mark.parametrize("name", ["small", "medium"])
+def test_stored_runs_still_count_as_finished_and_collect_to_their_table(name):
+    where = ROOT / "results" / "training" / name
+    configs = grid(name).configs()
+    assert all(finished_results(where / run_name(c), c) is not None for c in configs)
+    assert set(run_status(where, configs).values()) == {"complete"}
+    assert collect(where, configs) == json.loads((where / "table.json").read_text())
 
 
 def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tmp_path, monkeypatch):
-    grid = Grid(depths=(1, 2), widths=((16, 2),), settings=TINY)
-    ref = run_sweep(grid, tmp_path / "ref", device="cpu", progress=False, checkpoint_every=10)
+    g = Grid(depths=(1, 2), widths=((16, 2),), settings=TINY)
+    ref = run_sweep(g, tmp_path / "ref", device="cpu", progress=False, checkpoint_every=10)
     assert len(ref) == 2 * 3 * 2 and {r["depth"] for r in ref} == {1, 2}
 
-    # Interrupt the second run after its step-20 checkpoint by failing inside the data stream.
+    # Interrupt the first run after its step-20 checkpoint by failing inside the data stream.
     original = train_mod.DataStream.batch
 
     def failing(self, step):
@@ -61,27 +68,28 @@ def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tmp_path, monkey
     monkeypatch.setattr(train_mod.DataStream, "batch", failing)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(grid, out, device="cpu", progress=False, checkpoint_every=10)
-    first = grid.configs()[0]
+        run_sweep(g, out, device="cpu", progress=False, checkpoint_every=10)
+    first = g.configs()[0]
     assert torch.load(out / run_name(first) / "checkpoint.pt", weights_only=True)["step"] == 20
+    assert run_status(out, g.configs()) == {run_name(first): "unfinished", run_name(g.configs()[1]): "missing"}
     monkeypatch.setattr(train_mod.DataStream, "batch", original)
-    table = run_sweep(grid, out, device="cpu", progress=False, checkpoint_every=10)
+    table = run_sweep(g, out, device="cpu", progress=False, checkpoint_every=10)
     assert table == ref  # resumed runs give exactly the uninterrupted results
 
     # A finished sweep trains nothing: make training impossible and run it again.
     monkeypatch.setattr("hoplib.training.sweep.train_run",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
-    assert run_sweep(grid, out, device="cpu", progress=False) == ref
+    assert run_sweep(g, out, device="cpu", progress=False) == ref
     assert json.loads((out / "table.json").read_text()) == ref
     assert collect(out) == ref
 
 
 def test_ensemble_sweep_matches_the_sequential_sweep(tmp_path):
-    grid = Grid(depths=(2,), widths=((16, 2),), n_trains=(None, 40), seeds=(0, 1), settings=TINY)
-    seq = run_sweep(grid, tmp_path / "seq", device="cpu", progress=False)
-    ens = run_sweep(grid, tmp_path / "ens", device="cpu", progress=False, ensemble=True)
+    g = Grid(depths=(2,), widths=((16, 2),), n_trains=(None, 40), seeds=(0, 1), settings=TINY)
+    seq = run_sweep(g, tmp_path / "seq", device="cpu", progress=False)
+    ens = run_sweep(g, tmp_path / "ens", device="cpu", progress=False, ensemble=True)
     assert len(seq) == len(ens) == 4 * 3 * 2
-    for c in grid.configs():
+    for c in g.configs():
         a = torch.load(tmp_path / "seq" / run_name(c) / "model.pt", weights_only=True)
         b = torch.load(tmp_path / "ens" / run_name(c) / "model.pt", weights_only=True)
         for name in a:
@@ -89,73 +97,101 @@ def test_ensemble_sweep_matches_the_sequential_sweep(tmp_path):
         rec = json.loads((tmp_path / "ens" / run_name(c) / "results.json").read_text())
         assert rec["complete"] and rec["provenance"]["ensemble_size"] == 4
     # and a second ensemble sweep skips everything
-    assert run_sweep(grid, tmp_path / "ens", device="cpu", progress=False, ensemble=True) == ens
+    assert run_sweep(g, tmp_path / "ens", device="cpu", progress=False, ensemble=True) == ens
 
 
 def test_ensemble_sweep_trains_a_group_of_one_as_a_plain_run(tmp_path):
     # like the paper grid's m = 256 architectures: one run per architecture group
-    grid = Grid(depths=(2,), widths=((16, 2), (32, 2)), n_trains=(None, 40), exclude=((32, 40),), settings=TINY)
-    table = run_sweep(grid, tmp_path, device="cpu", progress=False, ensemble=True)
+    g = Grid(depths=(2,), widths=((16, 2), (32, 2)), n_trains=(None, 40), exclude=((32, 40),), settings=TINY)
+    table = run_sweep(g, tmp_path, device="cpu", progress=False, ensemble=True)
     sizes = {}
-    for c in grid.configs():
+    for c in g.configs():
         rec = json.loads((tmp_path / run_name(c) / "results.json").read_text())
         assert rec["complete"]
-        sizes[(c["d_model"], c["n_train"])] = rec["provenance"].get("ensemble_size")
+        sizes[(c.d_model, c.train.n_train)] = rec["provenance"].get("ensemble_size")
     assert sizes == {(16, None): 2, (16, 40): 2, (32, None): None}
     assert {r["d_model"] for r in table} == {16, 32}
 
 
-def test_depth_threshold_and_errors_by_depth_on_a_synthetic_table():
-    from hoplib.training.sweep import depth_threshold, errors_by_depth
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_diverged_runs_are_recorded_left_out_of_the_table_and_not_retrained(tmp_path, monkeypatch, ensemble):
+    # issue 13: a run with a NaN loss used to be "complete" with errors 1.0 and enter the table
+    g = Grid(depths=(1,), widths=((16, 2),), n_trains=(None, 40),
+             settings={**TINY, "lr": 1e30, "warmup_steps": 0, "steps": 8})
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        table = run_sweep(g, tmp_path, device="cpu", progress=False, ensemble=ensemble, checkpoint_every=2)
+    assert table == []
+    assert set(run_status(tmp_path, g.configs()).values()) == {"diverged"}
+    for c in g.configs():
+        rec = json.loads((tmp_path / run_name(c) / "results.json").read_text())
+        assert rec["diverged"] is True and rec["complete"] is False
+    monkeypatch.setattr("hoplib.training.sweep.train_run", lambda *a, **k: pytest.fail("retrained"))
+    assert run_sweep(g, tmp_path, device="cpu", progress=False, ensemble=ensemble) == []
 
-    table = [{"depth": d, "d_model": 8, "n_train": None, "k": k, "metric": "paper", "seed": s,
-              "error": 0.0 if k <= d - 2 else 0.5 + 0.1 * s} for d in (2, 3, 4) for k in range(4) for s in (0, 1)]
-    errs = errors_by_depth(table)
-    assert errs[3][1] == 0.0 and errs[2][1] == pytest.approx(0.55)  # averaged over seeds
-    assert depth_threshold(errs, 0.05) == {0: 2, 1: 3, 2: 4, 3: None}
-    assert errors_by_depth(table, d_model=16) == {}
+
+def test_collect_mixes_complete_runs_and_skips_diverged_ones(tmp_path):
+    stored = ROOT / "results" / "training" / "small" / "L2_m16_H1_ninf_s0"
+    shutil.copytree(stored, tmp_path / stored.name)
+    rec = json.loads((stored / "results.json").read_text())
+    bad = tmp_path / "L9_bad"
+    bad.mkdir()
+    (bad / "results.json").write_text(json.dumps({"config": rec["config"], "complete": False, "diverged": True}))
+    rows = collect(tmp_path)
+    assert {r["run"] for r in rows} == {stored.name} and len(rows) == 2 * len(rec["per_k_error"])
+    assert run_status(tmp_path) == {"L9_bad": "diverged", stored.name: "complete"}
 
 
-def test_load_run_restores_the_trained_model(tmp_path):
+@pytest.mark.parametrize("text, message", [
+    ("{\"config\": {\"depth\": 2,", "not valid JSON"),  # a partial file
+    ("garbage", "not valid JSON"),
+    ("[1, 2]", "not a run record"),
+    ("{\"config\": {\"depth\": 2, \"d_model\": 16, \"heads\": 2}, \"complete\": true}", "lacks 'per_k_error'"),
+    ("{\"config\": {\"depth\": 2, \"d_model\": 16, \"heads\": 2, \"colour\": 1}, \"complete\": true}",
+     "malformed run record"),
+])
+def test_collect_names_the_file_and_what_is_wrong_with_it(tmp_path, text, message):
+    (tmp_path / "L2_run").mkdir()
+    path = tmp_path / "L2_run" / "results.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as info:
+        collect(tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_load_run_restores_the_trained_model_and_refuses_diverged_runs(tmp_path):
     from hoplib.evaluate import per_k_error
-    from hoplib.train import task_for
     from hoplib.training.sweep import load_run
 
-    grid = Grid(depths=(2,), widths=((16, 2),), settings=TINY)
-    run_sweep(grid, tmp_path, device="cpu", progress=False)
-    c = grid.configs()[0]
+    g = Grid(depths=(2,), widths=((16, 2),), settings=TINY)
+    run_sweep(g, tmp_path, device="cpu", progress=False)
+    c = g.configs()[0]
     model, rec = load_run(tmp_path / run_name(c))
-    err = per_k_error(model, task_for(c), n_samples=c["eval_samples"], seed=c["eval_seed"], device="cpu")
+    err = per_k_error(model, c.task, n_samples=c.train.eval_samples, seed=c.eval_seed, device="cpu")
     assert {str(k): v for k, v in err.items()} == rec["per_k_error"]
     (tmp_path / run_name(c) / "model.pt").write_bytes(b"broken")
     with pytest.raises(ValueError, match="model.pt"):
         load_run(tmp_path / run_name(c))
+    (tmp_path / run_name(c) / "results.json").write_text(json.dumps(
+        {"config": c.to_dict(), "complete": False, "diverged": True, "error": "training diverged: nan"}))
+    with pytest.raises(ValueError, match="diverged"):
+        load_run(tmp_path / run_name(c))
 
 
 def test_shards_split_the_grid_and_together_cover_it(tmp_path):
-    grid = Grid(depths=(1, 2, 3), widths=((16, 2),), settings={**TINY, "steps": 4})
-    run_sweep(grid, tmp_path, device="cpu", progress=False, shard=(0, 2))
+    g = Grid(depths=(1, 2, 3), widths=((16, 2),), settings={**TINY, "steps": 4})
+    run_sweep(g, tmp_path, device="cpu", progress=False, shard=(0, 2))
     done = {p.parent.name for p in tmp_path.glob("*/results.json")}
-    assert done == {run_name(c) for c in grid.configs()[0::2]}
-    table = run_sweep(grid, tmp_path, device="cpu", progress=False, shard=(1, 2))
+    assert done == {run_name(c) for c in g.configs()[0::2]}
+    table = run_sweep(g, tmp_path, device="cpu", progress=False, shard=(1, 2))
     assert {r["depth"] for r in table} == {1, 2, 3}
     with pytest.raises(ValueError, match="shard"):
-        run_sweep(grid, tmp_path, shard=(2, 2))
+        run_sweep(g, tmp_path, shard=(2, 2))
 
 
-def test_group_plot_draws_one_line_per_group_and_depth():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from hoplib.training.sweep import plot_error_vs_k_groups
-
-    errs = {2: {0: 0.0, 1: 0.2, 2: 0.5}, 3: {0: 0.0, 1: 0.0, 2: 0.3}, 4: {1: 0.0}}
-    ax = plot_error_vs_k_groups({"m=16": errs, "m=32": {2: errs[2]}}, plt.figure().gca(), depths=(2, 3), min_k=1)
-    labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
-    assert labels == ["m=16, L=2", "m=16, L=3", "m=32, L=2"]
-    assert list(ax.get_lines()[0].get_xdata()) == [1, 2]
-    plt.close("all")
-    with pytest.raises(ValueError, match="groups"):
-        plot_error_vs_k_groups({})
+@pytest.mark.parametrize("shard", ["2/1", "1/1", "a/b", "-1/2"])
+def test_a_bad_shard_is_a_one_line_usage_error(tmp_path, capsys, shard):
+    # issue 13: --shard 2/1 used to end in a ValueError traceback after the grid was built
+    assert cli(["--grid", "quick", "--out", str(tmp_path), "--shard", shard]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--shard" in err[0] and "Traceback" not in err[0]
+    assert not list(tmp_path.iterdir())

@@ -207,3 +207,54 @@ def test_string_helpers_validate():
         str_to_letters("aB")
     with pytest.raises(TypeError):
         str_to_letters(3)
+
+
+# ----------------------------------------------------------------------------- inputs that used to pass silently
+@pytest.mark.parametrize("x", [np.array([3, -1, 3]), torch.tensor([[0, 1], [-1, 0]])])
+def test_hop_rejects_symbols_equal_to_the_no_answer_value(x):
+    with pytest.raises(ValueError, match="no answer"):
+        hop(x, 1)
+
+
+def test_hop_rejects_unsigned_values_that_wrap_to_the_no_answer_value():
+    x = np.array([2**64 - 1, 5, 2**64 - 1], dtype=np.uint64)
+    with pytest.raises(ValueError, match="at most 2\\*\\*63 - 1"):
+        hop(x, 1)
+    assert hop(np.array([1, 2, 1], dtype=np.uint64), 1).tolist() == [-1, -1, 2]
+
+
+@pytest.mark.parametrize("fn", [find, lambda x: hop(x, 1), lambda x: find_k(x, 2), lambda x: hop_reference(x, 1)])
+def test_masked_arrays_are_rejected_not_silently_unmasked(fn):
+    with pytest.raises(TypeError, match="masked"):
+        fn(np.ma.array([1, 2, 1, 2], mask=[0, 1, 0, 0]))
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (2, 4, 0)])
+def test_empty_sequences_give_empty_results(shape):
+    x = np.zeros(shape, dtype=np.int64)
+    for out in (find(x), find_k(x, 3), hop(x, 3), hop(torch.from_numpy(x), 2)):
+        assert tuple(out.shape) == shape
+    assert hop(np.zeros((3, 0), np.int64), np.array([0, 1, 2])).shape == (3, 0)
+
+
+def test_decode_rejects_floats_and_out_of_range_ids():
+    task = HopTask(max_hops=4)
+    with pytest.raises(TypeError, match="ids must hold integers"):
+        task.decode([5.7])
+    with pytest.raises(ValueError, match=r"token ids in \[0, 10\]"):
+        task.decode(np.array([0, 11]))
+    with pytest.raises(ValueError, match="token ids"):
+        task.decode(torch.tensor([-1, 3]))
+    with pytest.raises(TypeError, match="masked"):
+        task.decode(np.ma.array([1, 2], mask=[0, 1]))
+    assert task.decode([4, 5]) == "4a"
+
+
+def test_letters_to_str_rejects_out_of_range_and_float_letters():
+    with pytest.raises(ValueError, match=r"letters in \[0, 25\]"):
+        letters_to_str(np.array([0, 26]))
+    with pytest.raises(ValueError, match=r"letters in \[0, 25\]"):
+        letters_to_str(np.array([-2, 0]))
+    with pytest.raises(TypeError, match="integers"):
+        letters_to_str(np.array([0.0, 1.0]))
+    assert letters_to_str([25, -1]) == "z~"

@@ -43,11 +43,26 @@ def get_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device(device)
 
 
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``device``: bf16 on a CUDA GPU that supports it, else None (float32).
+
+    GPUs without bf16 (Colab's free T4, compute capability 7.5) train in float32: fp16 would need a gradient
+    scaler and loses the loss curve's small values, and these models are small enough that float32 is fast.
+    CPU and MPS stay in float32, so CPU results are bit-reproducible.
+    """
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device (see get_device), got {type(device).__name__}")
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return None
+
+
 def autocast(device: torch.device):
-    """bf16 autocast on CUDA, a no-op context elsewhere (CPU results stay in float32, bit-reproducible)."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    """bf16 autocast where :func:`autocast_dtype` says so, else a no-op context (float32)."""
+    dtype = autocast_dtype(device)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def seed_everything(seed: int) -> None:

@@ -57,6 +57,9 @@ def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | Non
     seed = check_int("seed", seed, low=0, high=2**32 - 1)
     dev = get_device(device)
     seed_everything(seed)
+    from hoplib.plots import use_book_style  # the book's one figure style (fonts, SVG output)
+
+    use_book_style()
     out = Path(out_dir) / chapter / profile if out_dir else None
     run = ChapterRun(chapter, profile, dev, seed, dict(profiles[profile]), out)
     print(f"hoplib {hoplib.__version__} | torch {torch.__version__} | chapter {chapter} | profile {profile} "

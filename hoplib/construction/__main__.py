@@ -1,5 +1,5 @@
-"""``python -m hoplib.construction precision|search --out FILE``."""
+"""``python -m hoplib.construction precision|search --out FILE`` (see :mod:`hoplib.construction.cli`)."""
 
-from hoplib.construction.transformer import _main
+from hoplib.construction.cli import main
 
-_main()
+main()

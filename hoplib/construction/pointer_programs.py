@@ -118,6 +118,35 @@ def _key(reg: np.ndarray) -> bytes:
     return reg.tobytes()
 
 
+def _hop_targets(x: np.ndarray, ks: list[int]) -> dict[int, np.ndarray]:
+    """hop_k of every probe, with ⊥ (-1) at the start token's column 0."""
+    return {k: np.concatenate([np.full((x.shape[0], 1), -1), hop(x, k)], axis=1) for k in ks}
+
+
+def _candidate_ops(names: list[str], max_shift: int) -> list[tuple]:
+    """Every head a layer may add: lookUp at t-d, lookUp at a register, lastOccurrence over two registers."""
+    r = len(names)
+    ops: list[tuple] = [("shift", d) for d in range(1, max_shift + 1)]
+    ops += [("lookup", names[a]) for a in range(r)]
+    ops += [("last", names[a], names[b]) for a in range(r) for b in range(r)]
+    return ops
+
+
+def _record_hits(result: SearchResult, depth: int, found: set[int], fresh: list[tuple[np.ndarray, str]],
+                 program: list[tuple], probes: tuple, verify: tuple) -> None:
+    """Add to ``found`` (and a witness to ``result``) every k whose hop_k a fresh register computes."""
+    machine, targets = probes
+    verifier, verify_targets = verify
+    for k, target in targets.items():
+        if k in found:
+            continue
+        for g, nm in fresh:
+            if np.array_equal(machine.letter(g), target) and _verify(verifier, program, nm, verify_targets[k]):
+                found.add(k)
+                result.witnesses[(depth, k)] = [_describe(o) for o in program] + [f"answer: the letter at {nm}"]
+                break
+
+
 def search_programs(max_layers: int = 3, ks: range | list[int] = range(1, 9), n_seq: int = 48, n: int = 28,
                     alphabet_size: int = 4, max_shift: int = 3, seed: int = 0,
                     verify_seq: int = 400) -> SearchResult:
@@ -132,53 +161,33 @@ def search_programs(max_layers: int = 3, ks: range | list[int] = range(1, 9), n_
     max_shift = check_int("max_shift", max_shift, low=1, high=6)
     x = probe_sequences(n_seq, n, alphabet_size, seed)
     machine = _Machine(x, alphabet_size)
-    targets = {k: np.concatenate([np.full((x.shape[0], 1), -1), hop(x, k)], axis=1) for k in ks}
     verify_x = probe_sequences(verify_seq, 2 * n, alphabet_size, seed + 1)
-    verifier = _Machine(verify_x, alphabet_size)
-    verify_targets = {k: np.concatenate([np.full((verify_x.shape[0], 1), -1), hop(verify_x, k)], axis=1)
-                      for k in ks}
+    probes = (machine, _hop_targets(x, ks))
+    verify = (_Machine(verify_x, alphabet_size), _hop_targets(verify_x, ks))
     result = SearchResult()
-    # a state: (list of register arrays, list of their recipes); recipes replay the program on other data
-    ident = machine.pos.copy()
-    states = [([ident], ["t"], [])]
+    # a state: (list of register arrays, list of their recipes, program); recipes replay it on other data
+    states = [([machine.pos.copy()], ["t"], [])]
     seen_sets: set[frozenset] = set()
     for depth in range(1, max_layers + 1):
-        nxt = []
-        tried = 0
+        nxt, tried = [], 0
         found: set[int] = set(result.found.get(depth - 1, set()))  # a shallower program can idle a layer
         for k in found:
             result.witnesses.setdefault((depth, k), result.witnesses[(depth - 1, k)])
         for regs, names, steps in states:
-            r = len(regs)
-            ops: list[tuple] = [("shift", d) for d in range(1, max_shift + 1)]
-            ops += [("lookup", names[a]) for a in range(r)]
-            ops += [("last", names[a], names[b]) for a in range(r) for b in range(r)]
             keys = {_key(g) for g in regs}
-            for op in ops:
+            for op in _candidate_ops(names, max_shift):
                 tried += 1
                 new_regs, new_names = _apply(machine, op, regs, names)
                 fresh = [(g, nm) for g, nm in zip(new_regs, new_names, strict=True) if _key(g) not in keys]
+                _record_hits(result, depth, found, fresh, steps + [op], probes, verify)
+                if depth == max_layers:
+                    continue
                 all_regs = regs + [g for g, _ in fresh]
-                all_names = names + [nm for _, nm in fresh]
-                step = _describe(op)
-                for k in ks:
-                    if k in found:
-                        continue
-                    for g, nm in fresh:
-                        if np.array_equal(machine.letter(g), targets[k]) and _verify(
-                                verifier, steps + [op], nm, verify_targets[k]):
-                            found.add(k)
-                            result.witnesses[(depth, k)] = ([_describe(o) for o in steps] + [step]
-                                                            + [f"answer: the letter at {nm}"])
-                            break
-                if depth < max_layers:
-                    sig = frozenset(_key(g) for g in all_regs)
-                    if sig not in seen_sets:
-                        seen_sets.add(sig)
-                        nxt.append((all_regs, all_names, steps + [op]))
-        result.found[depth] = found
-        result.n_programs[depth] = tried
-        result.n_states[depth] = len(states)
+                sig = frozenset(_key(g) for g in all_regs)
+                if sig not in seen_sets:
+                    seen_sets.add(sig)
+                    nxt.append((all_regs, names + [nm for _, nm in fresh], steps + [op]))
+        result.found[depth], result.n_programs[depth], result.n_states[depth] = found, tried, len(states)
         states = nxt
     return result
 

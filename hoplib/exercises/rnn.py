@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from hoplib.exercises import CheckResult, check_function
-from hoplib.lower_bounds import communication as pc
+from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
 from hoplib.tasks import hop
 
@@ -84,11 +84,11 @@ def check_encoding(user_fn: Callable[[pc.PointerChasingInstance], Any], n_instan
 
 
 def protocol_bits(k: int, q: int) -> int:
-    """Bits posted by :func:`hoplib.lower_bounds.communication.simulate_rnn_protocol` for ``hop_rnn(k, 2q + 2)``,
+    """Bits posted by :func:`hoplib.lower_bounds.rnn.simulate_rnn_protocol` for ``hop_rnn(k, 2q + 2)``,
     measured."""
     inst = pc.random_instance(k, q, seed=0)
     x, _ = pc.to_hop_sequence(inst)
-    _, bits = pc.simulate_rnn_protocol(rnn.hop_rnn(k, inst.alphabet_size), x, k)
+    _, bits = rnn.simulate_rnn_protocol(rnn.hop_rnn(k, inst.alphabet_size), x, k)
     return bits
 
 

@@ -59,7 +59,6 @@ letters), and every chain is computed with :func:`hoplib.tasks.find_k` and :func
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import torch
@@ -68,7 +67,10 @@ import torch.nn.functional as F
 
 from hoplib._book.device import autocast, get_device
 from hoplib._book.validate import check_choice, check_int
+from hoplib.lower_bounds import communication as comm
+from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask, find_k, hop
+from hoplib.train import TrainConfig, optimise
 
 __all__ = [
     "CHAINS",
@@ -279,8 +281,6 @@ def _check_model(model: object) -> nn.Module:
 # --------------------------------------------------------------------------- model, decoding
 def cot_model(task: CotTask, *, d_model: int = 64, heads: int = 4, depth: int = 1) -> nn.Module:
     """A :class:`hoplib.models.GPT` (depth 1 by default) sized for ``task``: one class per token id."""
-    from hoplib.models import GPT, GPTConfig
-
     _check_task(task)
     cfg = GPTConfig(vocab_size=task.vocab_size, n_positions=task.n_positions, depth=check_int("depth", depth, low=1),
                     d_model=check_int("d_model", d_model, low=1), heads=check_int("heads", heads, low=1))
@@ -481,39 +481,83 @@ class CotConstruction(nn.Module):
 
 
 # --------------------------------------------------------------------------- Corollary 5.6's reduction
-def _f32_bits(values: torch.Tensor) -> list[int]:
-    """float32 values as bits (32 per number, least significant first), exactly."""
-    import numpy as np
-
-    words = values.detach().float().cpu().numpy().astype(np.float32).view(np.uint32).reshape(-1)
-    return [int(w >> i) & 1 for w in words.tolist() for i in range(32)]
-
-
-def _bits_f32(bits: tuple[int, ...]) -> torch.Tensor:
-    import numpy as np
-
-    arr = np.array(bits, dtype=np.uint64).reshape(-1, 32)
-    words = (arr << np.arange(32, dtype=np.uint64)).sum(axis=1).astype(np.uint32)
-    return torch.from_numpy(words.view(np.float32).copy())
-
-
 def cot_protocol_bits(n_new: int, num_players: int, d_model: int, heads: int, n_classes: int) -> int:
     """Bits posted by :func:`simulate_cot_protocol`: per round, P_p..P_2 each post (m + 2H) float32 numbers and
     P_1 posts the next token in ceil(log2 C) bits; n_new = N_CoT + 1 rounds."""
     n_new = check_int("n_new", n_new, low=1)
     num_players = check_int("num_players", num_players, low=1)
     per_player = 32 * (check_int("d_model", d_model, low=1) + 2 * check_int("heads", heads, low=1))
-    token = max(1, math.ceil(math.log2(check_int("n_classes", n_classes, low=2))))
-    return n_new * ((num_players - 1) * per_player + token)
+    return n_new * ((num_players - 1) * per_player + comm.class_bits(check_int("n_classes", n_classes, low=2)))
+
+
+def _query(model: GPT, prompt: torch.Tensor, generated: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The current last token (public: the prompt's last token or the last generated one), embedded (1, m), and
+    its query vector split into heads (H, d)."""
+    dev = prompt.device
+    pos = prompt.shape[0] - 1 + len(generated)
+    tok = prompt[-1] if not generated else torch.tensor(generated[-1], device=dev)
+    x = model.wte(tok.view(1)) + model.wpe(torch.tensor([pos], device=dev))
+    q, _, _ = model.blocks[0].attn.qkv_heads(model.blocks[0].ln1(x).unsqueeze(0))  # (1, H, 1, d)
+    return x, q[0, :, 0]
+
+
+def _softmax_stats(model: GPT, ids: torch.Tensor, pos: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """(H, d + 2) per head over the keys at ``ids``/``pos``: max score, sum exp(score - max) and sum
+    exp(score - max) * value, the statistics from which softmax attention over a union of blocks is exact."""
+    blk = model.blocks[0]
+    _, k, v = blk.attn.qkv_heads(blk.ln1(model.wte(ids) + model.wpe(pos)).unsqueeze(0))  # (1, H, n, d)
+    k, v = k[0], v[0]
+    sc = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1])  # (H, n)
+    mx = sc.max(dim=-1).values
+    w = torch.exp(sc - mx.unsqueeze(-1))
+    return torch.cat([mx.unsqueeze(-1), w.sum(-1, keepdim=True), (w.unsqueeze(-1) * v).sum(1)], dim=-1)
+
+
+def _finish_token(model: GPT, x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
+    """Combine the blocks' softmax statistics into the attention output and finish the layer at the query
+    (projection, residual, MLP, final LayerNorm and head): the logits (C,)."""
+    blk = model.blocks[0]
+    st = torch.stack(parts)  # (P, H, d + 2)
+    mx = st[..., 0].max(dim=0).values
+    scale = torch.exp(st[..., 0] - mx)  # (P, H)
+    z = (scale * st[..., 1]).sum(0)
+    y = (scale.unsqueeze(-1) * st[..., 2:]).sum(0) / z.unsqueeze(-1)  # (H, d)
+    h = x + blk.attn.project(y.unsqueeze(1).unsqueeze(0))[0]
+    h = model.ln_f(h + blk.mlp(blk.ln2(h)))
+    return (h if model.unembed is None else model.unembed(h))[0]
+
+
+def _cot_player(model: GPT, prompt: torch.Tensor, block: tuple[int, int], j: int, num_players: int,
+                generated: list[int], result: dict[str, torch.Tensor]) -> comm.Player:
+    """P_j's strategy: post its block's softmax statistics for the current query; P_1 combines them and posts
+    the next token."""
+    t0, dev = prompt.shape[0], prompt.device
+    ids, pos = prompt[block[0]:block[1]], torch.arange(*block, device=dev)  # P_j's private input
+
+    def play(r: int, board: comm.Blackboard) -> object:
+        if r > 1 and len(generated) < r - 1:  # read the previous round's token from P_1's post
+            generated.append(comm.bits_to_int(board.last_message(1, r - 1)))
+        x, q = _query(model, prompt, generated)
+        own = _softmax_stats(model, ids, pos, q)
+        if j > 1:
+            return comm.floats_to_bits(own)
+        parts = [own]
+        if generated:
+            parts.append(_softmax_stats(model, torch.tensor(generated, device=dev),
+                                        torch.arange(t0, t0 + len(generated), device=dev), q))
+        parts += [comm.bits_to_floats(board.last_message(i, r), own.shape, dev) for i in range(2, num_players + 1)]
+        logits = result["logits"] = _finish_token(model, x, parts)
+        return comm.int_to_bits(int(logits.argmax()), comm.class_bits(logits.shape[-1]))
+    return play
 
 
 @torch.no_grad()
 def simulate_cot_protocol(model: nn.Module, prompt: torch.Tensor, n_new: int, num_players: int,
-                          blackboard: Any = None) -> tuple[list[int], torch.Tensor, int]:
+                          blackboard: comm.Blackboard | None = None) -> tuple[list[int], torch.Tensor, int]:
     """Run greedy decoding of a ONE-layer :class:`hoplib.models.GPT` as the blackboard protocol of Cor. 5.6.
 
-    The prompt (1-D ids) is cut into ``num_players`` blocks (:func:`hoplib.lower_bounds.communication.block_sizes`), P_p
-    holding the leftmost, P_1 the rightmost. Generated tokens and the prompt's last token (the query of the
+    The prompt (1-D ids) is cut into ``num_players`` blocks (:func:`hoplib.lower_bounds.communication.block_bounds`),
+    P_p holding the leftmost, P_1 the rightmost. Generated tokens and the prompt's last token (the query of the
     first round; in Proposition E.4's instances it is the fixed start vertex) are public. Round r produces
     generated token r: P_p, ..., P_2 each post, for every head, the softmax statistics of the current query
     over their block, (max score, sum of exp(score - max), sum of exp(score - max) * value), as float32 bits
@@ -523,9 +567,6 @@ def simulate_cot_protocol(model: nn.Module, prompt: torch.Tensor, n_new: int, nu
     Returns ``(tokens, last_logits, bits)``: the generated tokens (equal to :func:`greedy_decode`), the logits
     of the last round, and the exact number of bits posted (:func:`cot_protocol_bits`).
     """
-    from hoplib.lower_bounds.communication import Blackboard, bits_to_int, block_sizes, int_to_bits, run_protocol
-    from hoplib.models import GPT
-
     if not isinstance(model, GPT):
         raise TypeError(f"model must be a hoplib.models.GPT, got {type(model).__name__}")
     if model.config.depth != 1:
@@ -537,149 +578,74 @@ def simulate_cot_protocol(model: nn.Module, prompt: torch.Tensor, n_new: int, nu
     num_players = check_int("num_players", num_players, low=1, high=t0)
     if t0 + n_new - 1 > model.config.n_positions:
         raise ValueError(f"n_new must be <= n_positions - len(prompt) + 1 = {model.config.n_positions - t0 + 1}")
-    was = model.training
-    model.eval()
-    dev = next(model.parameters()).device
-    prompt = prompt.to(dev)
-    blk = model.blocks[0]
-    heads, m = model.config.heads, model.config.d_model
-    d = m // heads
-    n_classes = model.num_classes
-    width = max(1, math.ceil(math.log2(n_classes)))
-    sizes = block_sizes(t0, num_players)
-    starts = [sum(sizes[:b]) for b in range(num_players + 1)]
-    holds = {num_players - b: (starts[b], starts[b + 1]) for b in range(num_players)}  # P_j -> [lo, hi)
-    board = blackboard if blackboard is not None else Blackboard(num_players)
+    prompt = prompt.to(next(model.parameters()).device)
     generated: list[int] = []
     result: dict[str, torch.Tensor] = {}
-
-    def embed(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        return model.wte(ids) + model.wpe(pos)
-
-    def query() -> tuple[torch.Tensor, torch.Tensor]:
-        """The current last token (public) and its query vector, heads split: (H, d)."""
-        pos = t0 - 1 + len(generated)
-        tok = prompt[-1] if not generated else torch.tensor(generated[-1], device=dev)
-        x = embed(tok.view(1), torch.tensor([pos], device=dev))
-        q = blk.attn.qkv(blk.ln1(x))[:, :m]
-        return x, q.view(heads, d)
-
-    def stats(ids: torch.Tensor, pos: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """(H, d + 2): max score, sum exp(score - max), sum exp(score - max) * value over the given keys."""
-        _, k, v = blk.attn.qkv(blk.ln1(embed(ids, pos))).split(m, dim=-1)
-        k = k.view(-1, heads, d).transpose(0, 1)
-        v = v.view(-1, heads, d).transpose(0, 1)  # (H, n, d)
-        sc = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(d)  # (H, n)
-        mx = sc.max(dim=-1).values
-        w = torch.exp(sc - mx.unsqueeze(-1))
-        return torch.cat([mx.unsqueeze(-1), w.sum(-1, keepdim=True), (w.unsqueeze(-1) * v).sum(1)], dim=-1)
-
-    def make(j: int):  # noqa: ANN202
-        lo, hi = holds[j]
-        ids = prompt[lo:hi]  # P_j's private input
-        pos = torch.arange(lo, hi, device=dev)
-
-        def play(r: int, board: Any) -> object:
-            if r > 1 and len(generated) < r - 1:  # read the previous round's token from P_1's post
-                generated.append(bits_to_int(board.last_message(1, r - 1)))
-            x, q = query()
-            own = stats(ids, pos, q)
-            if j > 1:
-                return _f32_bits(own)
-            parts = [own]
-            if generated:
-                g = torch.tensor(generated, device=dev)
-                parts.append(stats(g, torch.arange(t0, t0 + len(generated), device=dev), q))
-            for i in range(2, num_players + 1):
-                parts.append(_bits_f32(board.last_message(i, r)).to(dev).view(heads, d + 2))
-            st = torch.stack(parts)  # (P, H, d + 2)
-            mx = st[..., 0].max(dim=0).values
-            scale = torch.exp(st[..., 0] - mx)  # (P, H)
-            z = (scale * st[..., 1]).sum(0)
-            y = (scale.unsqueeze(-1) * st[..., 2:]).sum(0) / z.unsqueeze(-1)  # (H, d)
-            h = x + blk.attn.proj(y.reshape(1, m))
-            h = h + blk.mlp(blk.ln2(h))
-            h = model.ln_f(h)
-            logits = (h if model.unembed is None else model.unembed(h))[0]
-            result["logits"] = logits
-            return int_to_bits(int(logits.argmax()), width)
-
-        return play
-
+    players = [_cot_player(model, prompt, block, j, num_players, generated, result)
+               for j, block in sorted(comm.block_bounds(t0, num_players).items())]
+    was = model.training
+    model.eval()
     try:
-        board = run_protocol([make(j) for j in range(1, num_players + 1)], n_new, blackboard=board)
+        board = comm.run_protocol(players, n_new, blackboard=blackboard)
     finally:
         model.train(was)
-    generated.append(bits_to_int(board.output))
+    generated.append(comm.bits_to_int(board.output))
     return generated, result["logits"], board.total_bits
 
 
 # --------------------------------------------------------------------------- training
+def _train(model: nn.Module, task: CotTask, config: TrainConfig, *, device: str | torch.device,
+           progress: bool) -> dict[str, Any]:
+    if config.steps >= 2**20:
+        raise ValueError(f"steps must be < 2**20 (training seeds are 2**31 + seed * 2**20 + step), got {config.steps}")
+    dev = get_device(device)
+    model.to(dev)
+
+    def step_loss(step: int) -> torch.Tensor:
+        batch = task.sample(config.batch_size, seed=_TRAIN_SEED_BASE + config.seed * 2**20 + step, device=dev)
+        x, y = batch.sequences()
+        logits = model(x)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+
+    hist = optimise(model, step_loss, config, device=dev, progress=progress, desc=f"cot {task.chain}")
+    return {"loss": hist["loss"], "wall_time_s": hist["wall_time_s"], "steps": hist["steps_done"]}
+
+
 def train_cot(model: nn.Module, task: CotTask, *, steps: int, batch_size: int = 64, lr: float = 3e-3,
               warmup_steps: int = 50, weight_decay: float = 0.01, seed: int = 0,
               device: str | torch.device = "auto", progress: bool = True) -> dict[str, Any]:
     """Teacher forcing: cross-entropy on the chain and answer tokens only, fresh samples every step.
 
-    AdamW with linear warmup and linear decay to 0 (:func:`hoplib.train.linear_warmup_decay`); the batch of
-    step t is drawn with seed 2**31 + seed * 2**20 + t on ``device`` (deterministic on CPU); torch's global RNG
-    is seeded with ``seed``. Returns ``{"loss": [...], "wall_time_s", "steps"}``.
+    The book's one training loop, :func:`hoplib.train.optimise`, with ``TrainConfig(steps, batch_size, lr,
+    warmup_steps, weight_decay, seed=seed)`` (AdamW, linear warmup and linear decay to 0; torch's global RNG
+    seeded with ``seed``); the batch of step t is drawn with seed 2**31 + seed * 2**20 + t on ``device``
+    (deterministic on CPU). Returns ``{"loss": [...], "wall_time_s", "steps"}``.
     """
-    from hoplib.train import linear_warmup_decay
-
     _check_model(model)
     _check_task(task)
-    steps = check_int("steps", steps, low=1, high=2**20 - 1)
-    batch_size = check_int("batch_size", batch_size, low=1)
-    warmup_steps = check_int("warmup_steps", warmup_steps, low=0)
-    seed = check_int("seed", seed, low=0, high=1023)
-    for name, val in (("lr", lr), ("weight_decay", weight_decay)):
-        if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise TypeError(f"{name} must be a float, got {type(val).__name__}")
-        if not math.isfinite(val) or val < 0 or (name == "lr" and val == 0):
-            raise ValueError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {val}")
-    if progress:
-        from tqdm.auto import tqdm
-    else:
-        from tqdm import tqdm
-    dev = get_device(device)
-    torch.manual_seed(seed)
-    model.to(dev).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: linear_warmup_decay(s, steps=steps, warmup_steps=warmup_steps))
-    losses = []
-    t0 = time.perf_counter()
-    for step in tqdm(range(steps), disable=not progress, desc=f"cot {task.chain}", leave=False):
-        x, y = task.sample(batch_size, seed=_TRAIN_SEED_BASE + seed * 2**20 + step, device=dev).sequences()
-        with autocast(dev):
-            logits = model(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(loss.detach())
-    loss_list = torch.stack(losses).float().cpu().tolist()
-    return {"loss": loss_list, "wall_time_s": time.perf_counter() - t0, "steps": steps}
+    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
+                         weight_decay=weight_decay, seed=seed)
+    return _train(model, task, config, device=device, progress=progress)
 
 
 def run_cot_experiment(*, seq_len: int, alphabet_size: int, max_hops: int, chains: tuple[str, ...] = CHAINS,
                        d_model: int = 64, heads: int = 4, steps: int = 500, batch_size: int = 64, lr: float = 3e-3,
                        warmup_steps: int = 50, n_eval: int = 200, seed: int = 0,
                        device: str | torch.device = "auto", progress: bool = True) -> list[dict[str, Any]]:
-    """Train one one-layer GPT per chain (multi-task over k = 1..max_hops) and decode greedily per k.
+    """Train one one-layer GPT per chain (multi-task over k = 1..max_hops, :func:`train_cot`'s loop) and decode
+    greedily per k.
 
     Returns tidy records ``{"chain", "k", "n_cot", "error", "chain_exact", "n_answered", "final_loss",
     "train_time_s"}``.
     """
+    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, seed=seed)
     rows = []
     for chain in chains:
         check_choice("chain", chain, CHAINS)
         task = CotTask(seq_len=seq_len, alphabet_size=alphabet_size, max_hops=max_hops, min_hops=1, chain=chain)
-        torch.manual_seed(check_int("seed", seed, low=0, high=1023))
+        torch.manual_seed(config.seed)
         model = cot_model(task, d_model=d_model, heads=heads)
-        hist = train_cot(model, task, steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
-                         seed=seed, device=device, progress=progress)
+        hist = _train(model, task, config, device=device, progress=progress)
         errs = cot_errors(model, task, n_samples=n_eval, seed=seed, device=device)
         tail = hist["loss"][-max(1, steps // 20):]
         for k, e in errs.items():

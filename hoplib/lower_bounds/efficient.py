@@ -1,17 +1,17 @@
 """Kernel and Longformer attention as blackboard protocols, and depth experiments (Section 5.1, Cor. 5.3, 5.4).
 
 The lower bounds of Corollaries 5.3 and 5.4 come from the same reduction as the RNN bound (Corollary 5.2,
-:func:`hoplib.lower_bounds.communication.simulate_rnn_protocol`): cut the input into contiguous blocks held by players
+:func:`hoplib.lower_bounds.rnn.simulate_rnn_protocol`): cut the input into contiguous blocks held by players
 P_p, ..., P_1 (P_p leftmost), let round l compute layer l, and count what the players must post so that
 everyone can finish the layer on their own block. This module runs both reductions on real
-:class:`hoplib.models.GPT` models, with exact bit accounting on a :class:`hoplib.lower_bounds.communication.Blackboard`:
+:class:`hoplib.models.GPT` models with the attentions of :mod:`hoplib.lower_bounds.efficient_attention`, with exact
+bit accounting on a :class:`hoplib.lower_bounds.communication.Blackboard` (Definition E.1):
 
 * :func:`simulate_kernel_protocol` (Corollary 5.3): kernel attention's causal prefix sums S = sum phi(k_j)
   v_j^T (m' x d_head per head) and z = sum phi(k_j) are all that crosses a block boundary, so in round l each
   player continues the sums from the previous player's post over its own block
   (:func:`hoplib.lower_bounds.efficient_attention.kernel_attention_prefix`) and posts them: H (m'(d_head + 1) + 1)
-  float32 numbers
-  (the +1 is the stabiliser's running maximum), independent of N.
+  float32 numbers (the +1 is the stabiliser's running maximum), independent of N.
 * :func:`simulate_longformer_protocol` (Corollary 5.4): a query at position i only sees keys in
   [i - w, i] and the global positions j = 0 (mod g), so in round l each player posts the layer-(l-1)
   activations of its last min(w, block length) tokens and of its global tokens (those not already among the
@@ -21,18 +21,17 @@ Each returns ``(output, bits)``: P_1's logits at the last position, equal to ``m
 rounding, and the bits posted, which :func:`kernel_protocol_bits` and :func:`longformer_protocol_bits`
 predict exactly. :func:`kernel_paper_scale` and :func:`longformer_paper_scale` give the message sizes the
 corollaries name (m m' H p and (w + N/(g k)) m H p), to compare with N / k^6
-(:func:`hoplib.lower_bounds.communication.lower_bound_scale`).
+(:func:`hoplib.lower_bounds.pointer_chasing.lower_bound_scale`); :func:`reduction_record` runs a reduction on
+the pointer-chasing sequences of Proposition E.4.
 
-The second half trains small GPTs with softmax, Performer and Longformer attention at equal depth and width
-on multi-task hop_k (:func:`attention_sweep`, with :func:`hoplib.train.fit` and
-:func:`hoplib.evaluate.per_k_error`) and summarises the depth each needs (:func:`depth_needed`,
-:func:`plot_attention_sweep`, :func:`error_table`).
+The second half measures FAVOR+ against softmax (:func:`favor_error`) and trains small GPTs with softmax,
+Performer and Longformer attention at equal depth and width on multi-task hop_k (:func:`attention_sweep`,
+through :func:`hoplib.lower_bounds.sweep.run_sweep`); its records are reported with :mod:`hoplib.report`.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,81 +42,54 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from hoplib._book.validate import check_choice, check_int, check_int_array
-from hoplib.lower_bounds import communication as pc
+from hoplib._book.validate import check_choice, check_int
+from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import efficient_attention as attn
-from hoplib.models import GPT, GPTConfig, count_parameters, gpt_for_task
+from hoplib.lower_bounds import pointer_chasing as pchase
+from hoplib.models import GPT, GPTConfig, gpt_for_task
+from hoplib.tasks import HopTask
 
-KINDS = ("softmax", "performer", "longformer")
+KINDS = attn.KINDS
 FLOAT_BITS = 32
 """Bits per posted number: float32, counted honestly (the paper's p)."""
-
-# --------------------------------------------------------------------------- float <-> bits
-
-
-def floats_to_bits(t: torch.Tensor) -> tuple[int, ...]:
-    """The float32 bit patterns of ``t`` (flattened), 32 bits per entry, least significant bit first."""
-    a = t.detach().float().cpu().contiguous().numpy().reshape(-1).view(np.uint8)
-    return tuple(np.unpackbits(a, bitorder="little").tolist())
-
-
-def bits_to_floats(bits: Sequence[int], shape: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
-    """Inverse of :func:`floats_to_bits`: a float32 tensor of ``shape`` on ``device`` (exact round trip)."""
-    arr = np.packbits(np.asarray(bits, dtype=np.uint8), bitorder="little").view(np.float32)
-    n = int(np.prod(shape)) if len(shape) else 1
-    if arr.size != n:
-        raise ValueError(f"bits must hold {n} float32 numbers ({32 * n} bits), got {len(bits)} bits")
-    return torch.from_numpy(arr.copy()).reshape(tuple(shape)).to(device)
-
 
 # --------------------------------------------------------------------------- shared pieces
 
 
-def _prepare(model: object, x: object, num_players: int, kind: str) -> tuple[GPT, torch.Tensor, list[int], int]:
+def _prepare(model: object, x: object, num_players: int, kind: str) -> tuple[torch.Tensor, dict[int, tuple[int, int]]]:
+    """Validate a protocol's inputs; return the ids on the model's device and the players' blocks."""
     if not isinstance(model, GPT):
         raise TypeError(f"model must be a hoplib.models.GPT, got {type(model).__name__}")
-    if model.config.attention != kind:
-        raise ValueError(f"model must have attention={kind!r}, got {model.config.attention!r}")
-    check_int_array("x", x)
-    if x.ndim != 1:
-        raise ValueError(f"x must be a 1-D sequence of ids, got shape {tuple(x.shape)}")
-    n = int(x.shape[0])
+    if model.config.attention.name != kind:
+        raise ValueError(f"model must have {kind} attention, got {model.config.attention.name!r}")
+    xt = comm.sequence_ids(x, next(model.parameters()).device)
+    n = len(xt)
     if n > model.config.n_positions:
         raise ValueError(f"x must have length <= n_positions = {model.config.n_positions}, got {n}")
     num_players = check_int("num_players", num_players, low=1, high=n)
-    device = next(model.parameters()).device
-    xt = (torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x).long().to(device)
     if int(xt.min()) < 0 or int(xt.max()) >= model.config.vocab_size:
         raise ValueError(f"x must hold ids in [0, {model.config.vocab_size - 1}]")
-    sizes = pc.block_sizes(n, num_players)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
-    return model, xt, starts, num_players
+    if model.training:
+        raise ValueError("model must be in eval mode (call model.eval()): the protocol has no dropout")
+    return xt, comm.block_bounds(n, num_players)
 
 
-def _output_bits(n_classes: int) -> int:
-    return max(1, math.ceil(math.log2(n_classes)))
-
-
-def _finish_block(model: GPT, layer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Residual, output projection and MLP of ``layer`` on a block, given the attention mix ``y`` (1, H, T, d)."""
-    block = model.blocks[layer]
-    b, t, m = x.shape
-    a = block.attn.proj(y.transpose(1, 2).reshape(b, t, m))
-    x = x + a
-    return x + block.mlp(block.ln2(x))
+def _embed(model: GPT, ids: torch.Tensor, lo: int) -> torch.Tensor:
+    """Token and position embeddings (1, T, m) of a block of ``ids`` starting at position ``lo``."""
+    pos = torch.arange(lo, lo + len(ids), device=ids.device)
+    return (model.wte(ids) + model.wpe(pos)).unsqueeze(0)
 
 
 def _heads(model: GPT, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     block = model.blocks[layer]
-    b, t, m = x.shape
-    h = model.config.heads
-    q, k, v = block.attn.qkv(block.ln1(x)).split(m, dim=-1)
-    return tuple(z.view(b, t, h, m // h).transpose(1, 2) for z in (q, k, v))  # type: ignore[return-value]
+    return block.attn.qkv_heads(block.ln1(x))
 
 
-def _readout(model: GPT, x_last: torch.Tensor) -> torch.Tensor:
-    z = model.ln_f(x_last)
-    return z if model.unembed is None else model.unembed(z)
+def _finish_block(model: GPT, layer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Output projection, residual and MLP of ``layer`` on a block, given the attention mix ``y`` (1, H, T, d)."""
+    block = model.blocks[layer]
+    x = x + block.attn.project(y)
+    return x + block.mlp(block.ln2(x))
 
 
 def _p1_output(model: GPT, x: torch.Tensor, last_round: bool, result: dict) -> tuple[int, ...] | None:
@@ -125,72 +97,66 @@ def _p1_output(model: GPT, x: torch.Tensor, last_round: bool, result: dict) -> t
     keeps in ``result["output"]``)."""
     if not last_round:
         return None
-    logits = _readout(model, x[0, -1])
-    result["output"] = logits
-    return pc.int_to_bits(int(logits.argmax()), _output_bits(logits.shape[-1]))
+    z = model.ln_f(x[0, -1])
+    logits = result["output"] = z if model.unembed is None else model.unembed(z)
+    return comm.int_to_bits(int(logits.argmax()), comm.class_bits(logits.shape[-1]))
 
 
-def _embed(model: GPT, xt: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    pos = torch.arange(lo, hi, device=xt.device)
-    return (model.wte(xt[lo:hi]) + model.wpe(pos)).unsqueeze(0)
+def _run(model: GPT, xt: torch.Tensor, bounds: dict[int, tuple[int, int]], make: Callable[..., comm.Player],
+         blackboard: comm.Blackboard | None) -> tuple[torch.Tensor, int]:
+    """Run the players ``make(ids, lo, j, result)`` of every block for ``depth`` rounds; P_1's logits and bits."""
+    result: dict[str, torch.Tensor] = {}
+    players = [make(xt[lo:hi], lo, j, result) for j, (lo, hi) in sorted(bounds.items())]
+    board = comm.run_protocol(players, model.config.depth, blackboard=blackboard)
+    return result["output"], board.total_bits
 
 
 # --------------------------------------------------------------------------- Corollary 5.3: kernel attention
 
 
+def _kernel_player(model: GPT, num_players: int) -> Callable[..., comm.Player]:
+    cfg = model.config
+    h, dh, mf = cfg.heads, cfg.d_model // cfg.heads, cfg.attention.n_features
+    shapes = [(1, h, mf, dh), (1, h, mf), (1, h)]
+    sizes = [math.prod(s) for s in shapes]
+
+    def make(ids: torch.Tensor, lo: int, j: int, result: dict) -> comm.Player:
+        local = {"x": _embed(model, ids, lo)}
+
+        def play(r: int, board: comm.Blackboard) -> object:
+            if r > cfg.depth:
+                return None
+            state = None
+            if j < num_players:  # continue the running sums (S, z, M) that P_{j+1} posted this round
+                flat = comm.bits_to_floats(board.last_message(j + 1, r), (sum(sizes),), ids.device)
+                state = tuple(part.reshape(s) for part, s in zip(torch.split(flat, sizes), shapes, strict=True))
+            q, k, v = _heads(model, local["x"], r - 1)
+            y, state = attn.kernel_attention_prefix(q, k, v, model.blocks[r - 1].attn.features, state=state)
+            local["x"] = _finish_block(model, r - 1, local["x"], y.to(v.dtype))
+            if j > 1:
+                return comm.floats_to_bits(torch.cat([s.reshape(-1) for s in state]))
+            return _p1_output(model, local["x"], r == cfg.depth, result)
+        return play
+    return make
+
+
 @torch.no_grad()
 def simulate_kernel_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_players: int,
-                             blackboard: pc.Blackboard | None = None) -> tuple[torch.Tensor, int]:
+                             blackboard: comm.Blackboard | None = None) -> tuple[torch.Tensor, int]:
     """Run a Performer GPT (kernel attention) as the blackboard protocol of Corollary 5.3's proof.
 
     ``x`` (1-D ids) is cut into ``num_players`` contiguous blocks
-    (:func:`hoplib.lower_bounds.communication.block_sizes`),
-    P_p leftmost, P_1 rightmost. Round l = layer l: P_p, ..., P_1 in turn read the previous player's post of
-    this round (the stabilised running sums (S, z, M) per head after all earlier positions, float32 bits),
-    continue kernel attention over their own block with
-    :func:`hoplib.lower_bounds.efficient_attention.kernel_attention_prefix`, finish the layer (projection, residual,
-    MLP) on their
-    block, and, except P_1, post the new running sums: heads * (m'(d_head + 1) + 1) * 32 bits. In the last
-    round P_1 applies the final LayerNorm and head at its last position and posts the argmax class
-    (ceil(log2 C) bits). Returns ``(logits at the last position, bits posted)``; the logits equal
+    (:func:`hoplib.lower_bounds.communication.block_bounds`), P_p leftmost, P_1 rightmost. Round l = layer l:
+    P_p, ..., P_1 in turn read the previous player's post of this round (the stabilised running sums (S, z, M)
+    per head after all earlier positions, float32 bits), continue kernel attention over their own block with
+    :func:`hoplib.lower_bounds.efficient_attention.kernel_attention_prefix`, finish the layer (projection,
+    residual, MLP) on their block, and, except P_1, post the new running sums: heads * (m'(d_head + 1) + 1) * 32
+    bits. In the last round P_1 applies the final LayerNorm and head at its last position and posts the argmax
+    class (ceil(log2 C) bits). Returns ``(logits at the last position, bits posted)``; the logits equal
     ``model(x[None])[0, -1]`` up to float rounding.
     """
-    model, xt, starts, p = _prepare(model, x, num_players, "performer")
-    if model.training:
-        raise ValueError("model must be in eval mode (call model.eval()): the protocol has no dropout")
-    cfg = model.config
-    h, dh, mf = cfg.heads, cfg.d_model // cfg.heads, cfg.n_features
-    shapes = [(1, h, mf, dh), (1, h, mf), (1, h)]
-    sizes = [int(np.prod(s)) for s in shapes]
-    device = xt.device
-    board = blackboard if blackboard is not None else pc.Blackboard(p)
-    if board.num_players != p or board.posts:
-        raise ValueError(f"blackboard must be empty and have num_players = {p}")
-    result: dict[str, torch.Tensor] = {}
-
-    def make(j: int) -> pc.Player:
-        b = p - j  # P_j holds block b (left to right)
-        local = {"x": _embed(model, xt, starts[b], starts[b + 1])}
-
-        def play(r: int, board: pc.Blackboard) -> object:
-            if r > cfg.depth:
-                return None
-            layer = r - 1
-            state = None
-            if j < p:
-                flat = bits_to_floats(board.last_message(j + 1, r), (sum(sizes),), device)
-                parts = torch.split(flat, sizes)
-                state = tuple(part.reshape(s) for part, s in zip(parts, shapes, strict=True))
-            q, k, v = _heads(model, local["x"], layer)
-            y, state = attn.kernel_attention_prefix(q, k, v, model.blocks[layer].attn.features, state=state)
-            local["x"] = _finish_block(model, layer, local["x"], y.to(v.dtype))
-            if j > 1:
-                return floats_to_bits(torch.cat([s.reshape(-1) for s in state]))
-            return _p1_output(model, local["x"], r == cfg.depth, result)
-        return play
-
-    pc.run_protocol([make(j) for j in range(1, p + 1)], cfg.depth, blackboard=board)
-    return result["output"], board.total_bits
+    xt, bounds = _prepare(model, x, num_players, "performer")
+    return _run(model, xt, bounds, _kernel_player(model, len(bounds)), blackboard)
 
 
 def kernel_message_bits(heads: int, d_head: int, n_features: int) -> int:
@@ -210,7 +176,7 @@ def kernel_protocol_bits(n_layers: int, num_players: int, heads: int, d_head: in
     n_layers = check_int("n_layers", n_layers, low=1)
     num_players = check_int("num_players", num_players, low=1)
     n_classes = check_int("n_classes", n_classes, low=1)
-    return n_layers * (num_players - 1) * kernel_message_bits(heads, d_head, n_features) + _output_bits(n_classes)
+    return n_layers * (num_players - 1) * kernel_message_bits(heads, d_head, n_features) + comm.class_bits(n_classes)
 
 
 def kernel_paper_scale(d_model: int, n_features: int, heads: int, precision: int = FLOAT_BITS) -> int:
@@ -240,24 +206,55 @@ def posted_positions(n: int, num_players: int, window: int, global_every: int | 
     window = check_int("window", window, low=0)
     if global_every is not None:
         global_every = check_int("global_every", global_every, low=1)
-    sizes = pc.block_sizes(n, num_players)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
     out: dict[int, list[int]] = {}
-    for b in range(num_players):
-        j = num_players - b
-        s, e = starts[b], starts[b + 1]
-        if j == 1:
-            out[j] = []
-            continue
-        tail = set(range(max(s, e - window), e))
-        glob = {t for t in range(s, e) if global_every is not None and t % global_every == 0}
+    for j, (s, e) in comm.block_bounds(n, num_players).items():
+        tail = set(range(max(s, e - window), e)) if j > 1 else set()
+        glob = {t for t in range(s, e) if j > 1 and global_every is not None and t % global_every == 0}
         out[j] = sorted(tail | glob)
-    return out
+    return dict(sorted(out.items()))
+
+
+def _window_attention(model: GPT, layer: int, x: torch.Tensor, lo: int, ctx_pos: list[int],
+                      ctx_x: list[torch.Tensor]) -> torch.Tensor:
+    """Layer ``layer``'s Longformer attention for the queries of a block starting at ``lo`` (activations ``x``),
+    over the posted keys (positions ``ctx_pos``, activations ``ctx_x``) and the block itself."""
+    spec = model.config.attention
+    w, g = spec.window, spec.global_every
+    pos = torch.tensor(ctx_pos + list(range(lo, lo + x.shape[1])), device=x.device)
+    xs = torch.cat(ctx_x + [x[0]]).unsqueeze(0) if ctx_x else x
+    q, k, v = _heads(model, xs, layer)
+    i, jpos = pos[len(ctx_pos):].unsqueeze(1), pos.unsqueeze(0)
+    allowed = (jpos <= i) & (((i - jpos) <= w) | ((jpos % g == 0) if g is not None else False))
+    return F.scaled_dot_product_attention(q[:, :, len(ctx_pos):], k, v, attn_mask=allowed)
+
+
+def _longformer_player(model: GPT, num_players: int, posts: dict[int, list[int]]) -> Callable[..., comm.Player]:
+    cfg = model.config
+
+    def make(ids: torch.Tensor, lo: int, j: int, result: dict) -> comm.Player:
+        local = {"x": _embed(model, ids, lo)}
+
+        def play(r: int, board: comm.Blackboard) -> object:
+            if r > cfg.depth:
+                return None
+            ctx_pos: list[int] = []  # what earlier players posted this round: layer-(l-1) activations
+            ctx_x: list[torch.Tensor] = []
+            for jj in range(num_players, j, -1):
+                if posts[jj]:
+                    ctx_pos += posts[jj]
+                    ctx_x.append(comm.bits_to_floats(board.last_message(jj, r), (len(posts[jj]), cfg.d_model),
+                                                     ids.device))
+            message = comm.floats_to_bits(local["x"][0, [t - lo for t in posts[j]]]) if posts[j] else None
+            y = _window_attention(model, r - 1, local["x"], lo, ctx_pos, ctx_x)
+            local["x"] = _finish_block(model, r - 1, local["x"], y)
+            return message if j > 1 else _p1_output(model, local["x"], r == cfg.depth, result)
+        return play
+    return make
 
 
 @torch.no_grad()
 def simulate_longformer_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_players: int,
-                                 blackboard: pc.Blackboard | None = None) -> tuple[torch.Tensor, int]:
+                                 blackboard: comm.Blackboard | None = None) -> tuple[torch.Tensor, int]:
     """Run a Longformer GPT as the blackboard protocol of Corollary 5.4's proof.
 
     Blocks and speaking order as in :func:`simulate_kernel_protocol`. In round l, P_j (j > 1) posts the
@@ -265,58 +262,13 @@ def simulate_longformer_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_p
     every player reads everything posted so far in this round, which contains every key position its queries
     may attend outside its block (the window reaching back w positions, possibly across several players, and
     all earlier global positions), computes layer l on its block (masked softmax over those keys and its own
-    block, with the mask of :func:`hoplib.lower_bounds.efficient_attention.longformer_mask`), and keeps the result. In
-    the last round
-    P_1 posts the argmax class. Returns ``(logits at the last position, bits posted)``.
+    block, with the mask of :func:`hoplib.lower_bounds.efficient_attention.longformer_mask`), and keeps the
+    result. In the last round P_1 posts the argmax class. Returns ``(logits at the last position, bits posted)``.
     """
-    model, xt, starts, p = _prepare(model, x, num_players, "longformer")
-    if model.training:
-        raise ValueError("model must be in eval mode (call model.eval()): the protocol has no dropout")
-    cfg = model.config
-    n, m, w, g = int(xt.shape[0]), cfg.d_model, cfg.window, cfg.global_every
-    posts = posted_positions(n, p, w, g)
-    device = xt.device
-    board = blackboard if blackboard is not None else pc.Blackboard(p)
-    if board.num_players != p or board.posts:
-        raise ValueError(f"blackboard must be empty and have num_players = {p}")
-    result: dict[str, torch.Tensor] = {}
-
-    def make(j: int) -> pc.Player:
-        b = p - j
-        s, e = starts[b], starts[b + 1]
-        local = {"x": _embed(model, xt, s, e)}
-
-        def play(r: int, board: pc.Blackboard) -> object:
-            if r > cfg.depth:
-                return None
-            layer = r - 1
-            # What earlier players posted in this round: their layer-(l-1) activations at public positions.
-            ctx_pos: list[int] = []
-            ctx_x: list[torch.Tensor] = []
-            for jj in range(p, j, -1):
-                if posts[jj]:
-                    msg = board.last_message(jj, r)
-                    ctx_pos += posts[jj]
-                    ctx_x.append(bits_to_floats(msg, (len(posts[jj]), m), device))
-            pos = torch.tensor(ctx_pos + list(range(s, e)), device=device)
-            xs = torch.cat(ctx_x + [local["x"][0]]).unsqueeze(0) if ctx_x else local["x"]
-            q, k, v = _heads(model, xs, layer)
-            t_ctx = len(ctx_pos)
-            i, jpos = pos[t_ctx:].unsqueeze(1), pos.unsqueeze(0)
-            allowed = (jpos <= i) & (((i - jpos) <= w) | ((jpos % g == 0) if g is not None else False))
-            y = F.scaled_dot_product_attention(q[:, :, t_ctx:], k, v, attn_mask=allowed)
-            message = None
-            if posts[j]:
-                idx = [t - s for t in posts[j]]
-                message = floats_to_bits(local["x"][0, idx])  # layer-(l-1) activations, posted this round
-            local["x"] = _finish_block(model, layer, local["x"], y)
-            if j > 1:
-                return message
-            return _p1_output(model, local["x"], r == cfg.depth, result)
-        return play
-
-    pc.run_protocol([make(j) for j in range(1, p + 1)], cfg.depth, blackboard=board)
-    return result["output"], board.total_bits
+    xt, bounds = _prepare(model, x, num_players, "longformer")
+    spec = model.config.attention
+    posts = posted_positions(len(xt), len(bounds), spec.window, spec.global_every)
+    return _run(model, xt, bounds, _longformer_player(model, len(bounds), posts), blackboard)
 
 
 def longformer_protocol_bits(n: int, num_players: int, n_layers: int, d_model: int, window: int,
@@ -334,14 +286,14 @@ def longformer_protocol_bits(n: int, num_players: int, n_layers: int, d_model: i
     if global_every is not None:
         global_every = check_int("global_every", global_every, low=1)
     n_classes = check_int("n_classes", n_classes, low=1)
-    sizes = pc.block_sizes(n, num_players)
+    sizes = comm.block_sizes(n, num_players)
     tokens, s = 0, 0
     for size in sizes[:-1]:  # every block but P_1's
         e = s + size
         tail = min(window, size)
         tokens += tail + _multiples(s, e - tail, global_every)
         s = e
-    return n_layers * FLOAT_BITS * d_model * tokens + _output_bits(n_classes)
+    return n_layers * FLOAT_BITS * d_model * tokens + comm.class_bits(n_classes)
 
 
 def longformer_paper_scale(n: int, k: int, window: int, global_every: int | None, d_model: int, heads: int,
@@ -358,20 +310,23 @@ def longformer_paper_scale(n: int, k: int, window: int, global_every: int | None
 # --------------------------------------------------------------------------- the reductions on hop_k inputs
 
 
-def reduction_model(kind: str, instance: pc.PointerChasingInstance, *, depth: int, d_model: int, heads: int,
+def reduction_model(kind: str, instance: pchase.PointerChasingInstance, *, depth: int, d_model: int, heads: int,
                     n_features: int | None = None, window: int | None = None,
                     global_every: int | None = None, seed: int = 0) -> GPT:
     """A randomly initialised GPT (eval mode) with ``kind`` attention for Proposition E.4's sequences.
 
-    Vocabulary 2q + 2, context 2kq + 1, one logit per symbol. Weights drawn from ``seed``; the reduction does
-    not care what the weights are, only that the protocol reproduces the forward pass.
+    Vocabulary 2q + 2, context 2kq + 1, one logit per symbol; the attention is
+    :func:`hoplib.lower_bounds.efficient_attention.attention_spec` of ``kind`` and its settings. Weights drawn
+    from ``seed``; the reduction does not care what the weights are, only that the protocol reproduces the
+    forward pass.
     """
     check_choice("kind", kind, ("performer", "longformer"))
-    if not isinstance(instance, pc.PointerChasingInstance):
+    if not isinstance(instance, pchase.PointerChasingInstance):
         raise TypeError(f"instance must be a PointerChasingInstance, got {type(instance).__name__}")
     seed = check_int("seed", seed, low=0, high=2**32 - 1)
+    spec = attn.attention_spec(kind, n_features=n_features, window=window, global_every=global_every)
     cfg = GPTConfig(vocab_size=instance.alphabet_size, n_positions=instance.length, depth=depth, d_model=d_model,
-                    heads=heads, attention=kind, n_features=n_features, window=window, global_every=global_every)
+                    heads=heads, attention=spec)
     torch.manual_seed(seed)
     return GPT(cfg).eval()
 
@@ -386,11 +341,11 @@ def reduction_record(kind: str, k: int, q: int, *, depth: int, d_model: int, hea
     formula's prediction, the longest single message, the corollary's message scale, the lower-bound scale
     and the largest difference between the protocol's logits and the forward pass.
     """
-    instance = pc.random_instance(check_int("k", k, low=1), check_int("q", q, low=2), seed=seed)
-    x, _ = pc.to_hop_sequence(instance)
+    instance = pchase.random_instance(check_int("k", k, low=1), check_int("q", q, low=2), seed=seed)
+    x, _ = pchase.to_hop_sequence(instance)
     model = reduction_model(kind, instance, depth=depth, d_model=d_model, heads=heads, n_features=n_features,
                             window=window, global_every=global_every, seed=seed)
-    board = pc.Blackboard(k)
+    board = comm.Blackboard(k)
     device = next(model.parameters()).device
     if kind == "performer":
         out, bits = simulate_kernel_protocol(model, x, k, blackboard=board)
@@ -405,7 +360,7 @@ def reduction_record(kind: str, k: int, q: int, *, depth: int, d_model: int, hea
     return {"kind": kind, "k": k, "q": q, "N": len(x), "depth": depth, "d_model": d_model, "heads": heads,
             "n_features": n_features, "window": window, "global_every": global_every, "bits": bits,
             "formula_bits": formula, "message_bits": board.max_message_bits, "paper_scale": scale,
-            "N/k^6": pc.lower_bound_scale(len(x), k), "max_abs_diff": float((out - direct).abs().max())}
+            "N/k^6": pchase.lower_bound_scale(len(x), k), "max_abs_diff": float((out - direct).abs().max())}
 
 
 def plot_reduction_bits(records: Sequence[dict[str, Any]], ax: plt.Axes | None = None) -> Figure:
@@ -506,7 +461,19 @@ def plot_favor_error(records: Sequence[dict[str, Any]], ax: plt.Axes | None = No
 # --------------------------------------------------------------------------- training experiment
 
 
-def attention_sweep(task: object, *, kinds: Sequence[str] = KINDS, depths: Sequence[int] = (1, 2),
+def _build(task: HopTask, heads: int, n_features: int, window: int, global_every: int | None):  # noqa: ANN202
+    def build(point: dict[str, Any]) -> tuple[GPT, dict[str, Any]]:
+        kind = point["kind"]
+        settings = {"n_features": n_features if kind == "performer" else None,
+                    "window": window if kind == "longformer" else None,
+                    "global_every": global_every if kind == "longformer" else None}
+        model = gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=heads,
+                             attention=attn.attention_spec(kind, **settings))
+        return model, {"heads": heads, **settings}
+    return build
+
+
+def attention_sweep(task: HopTask, *, kinds: Sequence[str] = KINDS, depths: Sequence[int] = (1, 2),
                     d_model: int = 32, heads: int = 4, n_features: int = 16, window: int = 4,
                     global_every: int | None = None, steps: int = 100, batch_size: int = 32, lr: float = 1e-3,
                     warmup_steps: int = 10, n_samples: int = 100, seed: int = 0,
@@ -517,118 +484,22 @@ def attention_sweep(task: object, *, kinds: Sequence[str] = KINDS, depths: Seque
     All models have the same width ``d_model`` and ``heads``; Performer models use ``n_features`` random
     features, Longformer models window radius ``window`` and global positions every ``global_every`` (0-based,
     so position 0, the hop-count token, is global whenever g is set). Training is :func:`hoplib.train.fit`
-    (AdamW, warmup and linear decay, fresh samples each step), evaluation :func:`hoplib.evaluate.per_k_error`
-    (the paper's metric, ``n_samples`` per k). Returns tidy records ``{"kind", "depth", "d_model", "heads",
-    "n_features", "window", "global_every", "params", "k", "error", "final_loss", "train_time_s"}``.
+    with ``TrainConfig(steps, batch_size, lr, warmup_steps, seed=seed)`` (AdamW, warmup and linear decay, fresh
+    samples each step), evaluation :func:`hoplib.evaluate.per_k_error` (the paper's metric, ``n_samples`` per
+    k), through :func:`hoplib.lower_bounds.sweep.run_sweep`. Returns tidy records ``{"kind", "depth",
+    "d_model", "heads", "n_features", "window", "global_every", "params", "k", "error", "final_loss",
+    "train_time_s"}``.
     """
-    from hoplib.evaluate import per_k_error
-    from hoplib.tasks import HopTask
-    from hoplib.train import fit
+    from hoplib.lower_bounds.sweep import run_sweep
+    from hoplib.train import TrainConfig
 
     if not isinstance(task, HopTask):
         raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
     kinds = [check_choice("kinds[i]", kd, KINDS) for kd in kinds]
     depths = [check_int("depths[i]", d, low=1) for d in depths]
-    steps = check_int("steps", steps, low=1)
-    grid = [(kd, d) for kd in kinds for d in depths]
-    if progress:
-        from tqdm.auto import tqdm
-        grid_iter = tqdm(grid, desc="models")
-    else:
-        grid_iter = grid
-    records: list[dict[str, Any]] = []
-    for i, (kind, depth) in enumerate(grid_iter):
-        torch.manual_seed(seed + i)
-        extra = {"performer": {"n_features": n_features}, "longformer": {"window": window,
-                                                                         "global_every": global_every},
-                 "softmax": {}}[kind]
-        model = gpt_for_task(task, depth=depth, d_model=d_model, heads=heads, attention=kind, **extra)
-        t0 = time.perf_counter()
-        hist = fit(model, task, steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, seed=seed,
-                   device=device, progress=False)
-        wall = time.perf_counter() - t0
-        errors = per_k_error(model, task, n_samples=n_samples, seed=seed, device=device)
-        final_loss = float(np.mean(hist["loss"][-10:]))
-        for k, err in errors.items():
-            records.append({"kind": kind, "depth": depth, "d_model": d_model, "heads": heads,
-                            "n_features": n_features if kind == "performer" else None,
-                            "window": window if kind == "longformer" else None,
-                            "global_every": global_every if kind == "longformer" else None,
-                            "params": count_parameters(model), "k": int(k), "error": float(err),
-                            "final_loss": final_loss, "train_time_s": round(wall, 2)})
-        if on_model is not None:
-            on_model(records)
-    return records
-
-
-def _check_records(records: Sequence[dict[str, Any]]) -> None:
-    if not records:
-        raise ValueError("records must be a non-empty list of attention_sweep records")
-    for key in ("kind", "depth", "k", "error"):
-        if key not in records[0]:
-            raise ValueError(f"records must have the key {key!r} (as attention_sweep returns)")
-
-
-def plot_attention_sweep(records: Sequence[dict[str, Any]], title: str = "") -> Figure:
-    """Error against k, one panel per attention kind, one curve per depth; chance level (0.75) dotted."""
-    _check_records(records)
-    shown = [kd for kd in KINDS if any(r["kind"] == kd for r in records)]
-    depths = sorted({r["depth"] for r in records})
-    fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 3), sharey=True, squeeze=False)
-    cmap = plt.get_cmap("viridis")
-    for ax, kind in zip(axes[0], shown, strict=True):
-        for d in depths:
-            pts = sorted((r["k"], r["error"]) for r in records if r["kind"] == kind and r["depth"] == d)
-            if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, color=cmap(d / (max(depths) + 1)),
-                        label=f"L={d}")
-        ax.set_title(kind, fontsize=10)
-        ax.set_xlabel("k")
-        ax.axhline(0.75, color="0.7", lw=0.8, ls=":")
-    axes[0][0].set_ylabel("test error")
-    axes[0][-1].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def error_table(records: Sequence[dict[str, Any]]) -> str:
-    """A text table: one row per (attention kind, depth) with its parameter count and error per k."""
-    _check_records(records)
-    ks = sorted({r["k"] for r in records})
-    lines = [f"{'model':>16} {'params':>8}  " + " ".join(f"k={k:<4}" for k in ks)]
-    keys = sorted({(KINDS.index(r["kind"]), r["kind"], r["depth"]) for r in records})
-    for _, kind, d in keys:
-        rows = [r for r in records if (r["kind"], r["depth"]) == (kind, d)]
-        errs = {r["k"]: r["error"] for r in rows}
-        lines.append(f"{kind + f' L={d}':>16} {rows[0].get('params', 0):>8,}  "
-                     + " ".join(f"{errs[k]:<6.3f}" if k in errs else f"{'-':<6}" for k in ks))
-    return "\n".join(lines)
-
-
-def depth_needed(records: Sequence[dict[str, Any]], threshold: float) -> dict[tuple[str, int], int | None]:
-    """Smallest depth whose error at k is <= ``threshold``, per (attention kind, k); None if no depth tried did."""
-    _check_records(records)
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
-    out: dict[tuple[str, int], int | None] = {}
-    for kind in [kd for kd in KINDS if any(r["kind"] == kd for r in records)]:
-        for k in sorted({r["k"] for r in records}):
-            ok = [r["depth"] for r in records if r["kind"] == kind and r["k"] == k and r["error"] <= threshold]
-            out[kind, k] = min(ok) if ok else None
-    return out
-
-
-def solved_up_to(records: Sequence[dict[str, Any]], kind: str, depth: int, threshold: float) -> int:
-    """Largest K such that the (kind, depth) model has error <= threshold for every k in 1..K (0 if not k=1)."""
-    _check_records(records)
-    errs = {r["k"]: r["error"] for r in records if r["kind"] == kind and r["depth"] == depth}
-    if not errs:
-        raise ValueError(f"no records for kind={kind!r}, depth={depth}")
-    best = 0
-    for k in sorted(kk for kk in errs if kk >= 1):
-        if errs[k] > threshold:
-            break
-        best = k
-    return best
+    d_model = check_int("d_model", d_model, low=1)
+    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, seed=seed)
+    grid = [{"kind": kd, "depth": d, "d_model": d_model} for kd in kinds for d in depths]
+    build = _build(task, check_int("heads", heads, low=1), n_features, window, global_every)
+    return run_sweep(task, grid, build, config, n_samples=n_samples, device=device, progress=progress,
+                     on_model=on_model)

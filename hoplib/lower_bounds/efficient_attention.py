@@ -1,8 +1,11 @@
 """Efficient attention: Performer's kernel attention (FAVOR+) and Longformer-style masks (Section 5.1).
 
 The paper's Corollaries 5.3 and 5.4 say that two popular ways of making attention cheaper lose the
-logarithmic-depth solution of hop_k. This module implements both, compactly, for
-:class:`hoplib.models.GPT` (``GPTConfig(attention="performer" | "longformer")``).
+logarithmic-depth solution of hop_k. This module implements both, compactly, and plugs them into
+:class:`hoplib.models.GPT` through its attention interface: ``GPTConfig(attention=PerformerAttention(m'))`` or
+``GPTConfig(attention=LongformerAttention(w, g))`` (:class:`hoplib.models.AttentionSpec`; each layer is then a
+:class:`PerformerSelfAttention` or :class:`LongformerSelfAttention`, a :class:`hoplib.models.CausalSelfAttention`
+whose ``attend`` step is replaced, so parameters and their names are those of the softmax model).
 
 **Kernel attention (Corollary 5.3; Choromanski et al. 2021).** softmax(QK^T) is replaced by Q'(X) K'(X)^T
 with token-wise feature maps Q', K': R^d -> R^{m'}. FAVOR+ chooses positive random features
@@ -36,10 +39,17 @@ is always global. The diagonal |i - i| = 0 <= w is always allowed, so every row 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 
-from hoplib._book.validate import check_int
+from hoplib._book.validate import check_choice, check_int
+from hoplib.models import GPT, AttentionSpec, CausalSelfAttention, GPTConfig, SoftmaxAttention, register_attention
+
+KINDS = ("softmax", "performer", "longformer")
+"""The attentions of Section 5.1's comparison: the paper's softmax and the two efficient ones."""
 
 # --------------------------------------------------------------------------- random features (FAVOR+)
 
@@ -213,3 +223,119 @@ def masked_softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor)
     """softmax(q k^T / sqrt(d) + Lambda) with Lambda = 0 where ``mask`` is True and -inf elsewhere."""
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+
+
+# --------------------------------------------------------------------------- the attentions of a GPT layer
+
+
+class PerformerSelfAttention(CausalSelfAttention):
+    """A GPT layer with causal FAVOR+ kernel attention (Corollary 5.3): weights in the quadratic form
+    (:func:`kernel_attention_weights`, rows sum to 1) from the random projection in the buffer ``features``
+    (m' x d_head), shared by the heads of a layer, drawn at construction from torch's global generator and
+    saved in the state dict (see :meth:`redraw_features`)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__(cfg)
+        self.register_buffer("features", orthogonal_features(cfg.attention.n_features, cfg.d_model // cfg.heads,
+                                                             generator=torch.default_generator))
+
+    def redraw_features(self, seed: int) -> None:
+        """Draw a new FAVOR+ projection, reproducibly from ``seed``."""
+        self.features.copy_(orthogonal_features(self.features.shape[0], self.features.shape[1], seed=seed))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        att = kernel_attention_weights(q, k, self.features)
+        y = F.dropout(att, self.dropout, self.training).to(v.dtype) @ v
+        return y, (att if need_weights else None)
+
+
+class LongformerSelfAttention(CausalSelfAttention):
+    """A GPT layer with the causal Longformer mask of Corollary 5.4 (:func:`longformer_mask`): SDPA with the
+    boolean mask, or the explicit masked softmax when the weights are asked for."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__(cfg)
+        self.window, self.global_every = cfg.attention.window, cfg.attention.global_every
+
+    def mask(self, t: int, device: torch.device) -> torch.Tensor:
+        """The boolean (T, T) attention mask of this layer (True = may attend)."""
+        return longformer_mask(t, self.window, self.global_every, device=device)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        mask = self.mask(q.shape[-2], q.device)
+        if need_weights:
+            att = masked_softmax_weights(q, k, mask)
+            return F.dropout(att, self.dropout, self.training) @ v, att
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        return y, None
+
+
+@register_attention
+@dataclass(frozen=True)
+class PerformerAttention(AttentionSpec):
+    """FAVOR+ kernel attention with ``n_features`` = m' random features (Corollary 5.3)."""
+
+    n_features: int
+    name: ClassVar[str] = "performer"
+
+    def __post_init__(self) -> None:
+        check_int("n_features", self.n_features, low=1)
+
+    def build(self, config: GPTConfig) -> PerformerSelfAttention:
+        return PerformerSelfAttention(config)
+
+
+@register_attention
+@dataclass(frozen=True)
+class LongformerAttention(AttentionSpec):
+    """Causal sliding window of radius ``window`` = w plus the global positions j = 0 mod ``global_every`` = g
+    (0-based; None: no global positions), Corollary 5.4."""
+
+    window: int
+    global_every: int | None = None
+    name: ClassVar[str] = "longformer"
+
+    def __post_init__(self) -> None:
+        check_int("window", self.window, low=0)
+        if self.global_every is not None:
+            check_int("global_every", self.global_every, low=1)
+
+    def build(self, config: GPTConfig) -> LongformerSelfAttention:
+        return LongformerSelfAttention(config)
+
+
+def attention_spec(kind: str, *, n_features: int | None = None, window: int | None = None,
+                   global_every: int | None = None) -> AttentionSpec:
+    """The attention of ``kind`` (one of :data:`KINDS`) with its settings; settings it does not use must be None.
+
+    ``n_features`` is required for ``"performer"``, ``window`` for ``"longformer"`` (``global_every`` optional).
+    """
+    check_choice("kind", kind, KINDS)
+    used = {"softmax": (), "performer": ("n_features",), "longformer": ("window", "global_every")}[kind]
+    for name, value in (("n_features", n_features), ("window", window), ("global_every", global_every)):
+        if name not in used and value is not None:
+            owner = "performer" if name == "n_features" else "longformer"
+            raise ValueError(f"{name} must be None with attention {kind!r} (it is used by {owner} attention), "
+                             f"got {value!r}")
+    if kind == "performer":
+        if n_features is None:
+            raise ValueError("n_features (the number m' of random features, an int >= 1) is required with "
+                             "attention 'performer'")
+        return PerformerAttention(n_features)
+    if kind == "longformer":
+        if window is None:
+            raise ValueError("window (the radius w, an int >= 0) is required with attention 'longformer'")
+        return LongformerAttention(window, global_every)
+    return SoftmaxAttention()
+
+
+def redraw_features(model: GPT, seed: int) -> None:
+    """Draw new FAVOR+ projections for every layer of a Performer ``model`` (layer l from ``seed + l``)."""
+    if not isinstance(model, GPT) or not isinstance(model.config.attention, PerformerAttention):
+        raise ValueError(f"model must be a GPT with Performer attention, got "
+                         f"{getattr(getattr(model, 'config', None), 'attention', type(model).__name__)!r}")
+    seed = check_int("seed", seed, low=0, high=2**63 - 1 - model.config.depth)
+    for layer, block in enumerate(model.blocks):
+        block.attn.redraw_features(seed + layer)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -58,6 +59,7 @@ from hoplib.lower_bounds.graphs import (
     vocab_size,
 )
 from hoplib.models import GPT, GPTConfig
+from hoplib.train import TrainConfig, optimise
 
 AGGREGATIONS = ("sum", "mean", "max")
 _EVAL_SEED_BASE = 2**40  # training batches use seeds below 2**40, evaluation batches above
@@ -302,51 +304,40 @@ def loukas_depth_scale(n_edges: float, width: float) -> float:
 
 
 # --------------------------------------------------------------------------- training
-def _lr_factor(step: int, steps: int, warmup: int) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.05, (steps - step) / max(1, steps - warmup))
-
-
-def _check_train(family: str, diameter: int, depth: int, steps: int, batch_size: int, lr: float, seed: int,
-                 eval_size: int) -> None:
+def _check_train(family: str, diameter: int, depth: int, eval_size: int) -> None:
     check_choice("family", family, FAMILIES)
     check_int("diameter", diameter, low=min_diameter(family))
     check_int("depth", depth, low=0)
-    check_int("steps", steps, low=1)
-    check_int("batch_size", batch_size, low=1)
-    check_int("seed", seed, low=0, high=2**16)
     check_int("eval_size", eval_size, low=1)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
 
 
-def _fit(model: nn.Module, loss_and_acc, *, steps: int, lr: float, device: torch.device, seed: int,
-         weight_decay: float = 0.0) -> list[float]:
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    warmup = max(1, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, steps, warmup))
-    losses = []
-    model.train()
-    for step in range(steps):
-        with autocast(device):
-            loss, _ = loss_and_acc(seed * 2**24 + step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
+def _fit(model: nn.Module, loss_and_acc: Callable[..., tuple[torch.Tensor, torch.Tensor]], config: TrainConfig,
+         device: torch.device) -> list[float]:
+    """Train with the book's one loop (:func:`hoplib.train.optimise`); the batch of step t is drawn with seed
+    ``config.seed * 2**24 + t`` (below the evaluation seeds). Leaves the model in eval mode; returns the losses."""
+    hist = optimise(model, lambda step: loss_and_acc(config.seed * 2**24 + step)[0], config, device=device,
+                    progress=False, desc="graphs")
     model.eval()
-    return losses
+    return hist["loss"]
+
+
+def _config(steps: int, batch_size: int, lr: float, seed: int, weight_decay: float) -> TrainConfig:
+    """AdamW with linear warmup over the first tenth of the steps, then linear decay to 0."""
+    steps = check_int("steps", steps, low=1)
+    return TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=max(1, steps // 10),
+                       weight_decay=weight_decay, seed=seed)
 
 
 def train_gnn(family: str, diameter: int, depth: int, *, width: int = 32, aggregation: str = "sum",
               n_random: int = 4, steps: int = 300, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
               eval_size: int = 512, device: str | torch.device = "cpu") -> dict:
     """Train a :class:`MessagePassingGNN` (read at t) on fresh instances every step; return its test accuracy
-    on ``eval_size`` held-out instances with the training curve's last losses."""
-    _check_train(family, diameter, depth, steps, batch_size, lr, seed, eval_size)
+    on ``eval_size`` held-out instances with the training curve's last losses.
+
+    Training is :func:`hoplib.train.optimise` (AdamW without weight decay, warmup over the first tenth of the
+    steps, linear decay to 0), evaluation on instances drawn with seeds disjoint from training's."""
+    _check_train(family, diameter, depth, eval_size)
+    config = _config(steps, batch_size, lr, seed, weight_decay=0.0)
     dev = get_device(device)
     torch.manual_seed(seed)
     model = MessagePassingGNN(2 + n_random, width, depth, aggregation=aggregation).to(dev)
@@ -357,7 +348,7 @@ def train_gnn(family: str, diameter: int, depth: int, *, width: int = 32, aggreg
         return F.cross_entropy(logits, g.y), (logits.argmax(-1) == g.y).float().mean()
 
     t0 = time.perf_counter()
-    losses = _fit(model, loss_and_acc, steps=steps, lr=lr, device=dev, seed=seed)
+    losses = _fit(model, loss_and_acc, config, dev)
     with torch.no_grad(), autocast(dev):
         _, acc = loss_and_acc(_EVAL_SEED_BASE + seed, eval_size)
     return {"model": "gnn", "family": family, "D": diameter, "depth": depth, "width": width,
@@ -372,8 +363,9 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
     (:func:`hoplib.lower_bounds.graphs.serialise`; loss and answer at the final END token, 2 classes); return its test
     accuracy on ``eval_size`` held-out instances. ``marks=True`` writes the marks of s and t into every
     occurrence of their tokens (the information the GNN gets as node features)."""
-    _check_train(family, diameter, depth, steps, batch_size, lr, seed, eval_size)
+    _check_train(family, diameter, depth, eval_size)
     check_int("depth", depth, low=1)
+    config = _config(steps, batch_size, lr, seed, weight_decay=weight_decay)
     dev = get_device(device)
     torch.manual_seed(seed)
     probe = sample_graphs(family, diameter, 1)
@@ -388,7 +380,7 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
         return F.cross_entropy(logits, g.y), (logits.argmax(-1) == g.y).float().mean()
 
     t0 = time.perf_counter()
-    losses = _fit(model, loss_and_acc, steps=steps, lr=lr, device=dev, seed=seed, weight_decay=weight_decay)
+    losses = _fit(model, loss_and_acc, config, dev)
     with torch.no_grad(), autocast(dev):
         _, acc = loss_and_acc(_EVAL_SEED_BASE + seed, eval_size)
     return {"model": "transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,

@@ -5,7 +5,8 @@ g_l(Z^{l-1}_i, H^l_{i-1}) with H^l_0 = 0, Z^0 = X and output Y = Z^L. Every mode
 :class:`RecurrentStack`: a token-wise ``embed``, a list of :class:`RecurrentLayer` (each one g_l, with a
 state that can be written as bits and read back exactly) and a token-wise ``readout``. Token-wise maps
 (embeddings, residual connections, norms, MLPs) can be folded into g_l, so these are all RNNs of the
-paper's kind, and :func:`hoplib.lower_bounds.communication.simulate_rnn_protocol` runs any of them as a protocol.
+paper's kind, and :func:`simulate_rnn_protocol` runs any of them as a blackboard protocol (Corollary 5.2's
+reduction, on the engine of :mod:`hoplib.lower_bounds.communication`).
 
 Trained models (``forward(ids: (B, T)) -> logits (B, T, C)``, the interface of :mod:`hoplib.train`):
 
@@ -33,13 +34,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from hoplib._book.validate import check_choice, check_int, check_int_array
-from hoplib.tasks import NO_ANSWER, hop
+from hoplib.lower_bounds.communication import (
+    Blackboard,
+    Player,
+    block_bounds,
+    class_bits,
+    int_to_bits,
+    run_protocol,
+    sequence_ids,
+)
+from hoplib.models import gpt_for_task
+from hoplib.tasks import NO_ANSWER, HopTask, hop
 
 State = tuple[torch.Tensor, ...]
 
@@ -352,11 +365,6 @@ def recurrent_model(kind: str, vocab_size: int, *, d_model: int = 64, n_layers: 
     return RecurrentStack(nn.Embedding(vocab_size, d_model), layers, _Readout(d_model, n_classes))
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Number of trainable parameters."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
 # --------------------------------------------------------------------------- hand-built exact RNNs
 def _width(values: int) -> int:
     """Bits for an integer in [0, values)."""
@@ -581,11 +589,75 @@ def collapse(model: RecurrentStack) -> RecurrentStack:
     return RecurrentStack(model.embed, [CollapsedLayer(list(model.layers))], model.readout)
 
 
+# --------------------------------------------------------------------------- Corollary 5.2's reduction
+def _rnn_player(model: RecurrentStack, block: torch.Tensor, j: int, num_players: int,
+                result: dict[str, torch.Tensor]) -> Player:
+    """P_j's strategy: in round l, continue layer l on its block from P_{j+1}'s posted state, post its own."""
+    local = {"z": model.embed(block.unsqueeze(0))}  # P_j's private memory: its block's activations
+
+    def play(r: int, board: Blackboard) -> object:
+        if r > model.n_layers:
+            return None
+        layer = model.layers[r - 1]
+        state = None
+        if j < num_players:  # P_p starts from the initial state
+            bits = torch.tensor(board.last_message(j + 1, r), dtype=torch.bool, device=block.device)
+            state = layer.decode_state(bits.unsqueeze(0))
+        local["z"], state = layer(local["z"], state)
+        if j > 1:
+            return layer.encode_state(state)[0]
+        if r < model.n_layers:
+            return None
+        logits = result["output"] = model.readout(local["z"])[0, -1]
+        return int_to_bits(int(logits.argmax()), class_bits(logits.shape[-1]))
+    return play
+
+
+@torch.no_grad()
+def simulate_rnn_protocol(model: RecurrentStack, x: np.ndarray | torch.Tensor, num_players: int,
+                          blackboard: Blackboard | None = None) -> tuple[torch.Tensor, int]:
+    """Run a multi-layer recurrent model as the blackboard protocol of Corollary 5.2's proof.
+
+    ``model`` is a :class:`RecurrentStack` (token-wise ``embed``, recurrent ``layers``, token-wise ``readout``);
+    ``x`` a 1-D sequence of ids. The sequence is cut into ``num_players`` contiguous blocks
+    (:func:`hoplib.lower_bounds.communication.block_bounds`), P_p holding the leftmost and P_1 the rightmost.
+    Each player embeds its block. In round l = 1..L, P_p, ..., P_1 in turn read the previous player's final
+    layer-l state from the blackboard (the initial state for P_p), run layer l on their block's layer-(l-1)
+    outputs, and P_p, ..., P_2 post their final layer-l state as bits (``layer.encode_state``). In round L, P_1
+    applies the readout at its last position and posts the argmax class (ceil(log2 C) bits) as the output.
+
+    Returns ``(output, bits)``: P_1's output vector Y_N (the logits at the last position, which equal
+    ``model(x)[-1]``) and the exact number of bits posted. Pass a
+    :class:`~hoplib.lower_bounds.communication.Blackboard` to keep the transcript.
+    """
+    if not isinstance(model, RecurrentStack):
+        raise TypeError(f"model must be a hoplib.lower_bounds.rnn.RecurrentStack, got {type(model).__name__}")
+    if model.n_layers == 0:
+        raise ValueError("model must have at least one recurrent layer")
+    params = list(model.parameters()) + list(model.buffers())
+    xt = sequence_ids(x, params[0].device if params else "cpu")
+    num_players = check_int("num_players", num_players, low=1, high=len(xt))
+    result: dict[str, torch.Tensor] = {}
+    players = [_rnn_player(model, xt[lo:hi], j, num_players, result)
+               for j, (lo, hi) in sorted(block_bounds(len(xt), num_players).items())]
+    board = run_protocol(players, model.n_layers, blackboard=blackboard)
+    return result["output"], board.total_bits
+
+
 # --------------------------------------------------------------------------- depth sweep (the chapter's experiment)
 ARCHITECTURES = (*KINDS, "transformer")
 
 
-def depth_sweep(task: object, *, kinds: tuple[str, ...] = ARCHITECTURES, depths: tuple[int, ...] = (1, 2),
+def _build(task: HopTask, heads: int) -> Callable[[dict[str, Any]], tuple[nn.Module, dict[str, Any]]]:
+    def build(point: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
+        if point["kind"] == "transformer":
+            return gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=heads), {"state_bits": 0}
+        model = recurrent_model(point["kind"], task.vocab_size, d_model=point["d_model"], n_layers=point["depth"])
+        return model, {"state_bits": model.state_bits()[0]}
+    return build
+
+
+def depth_sweep(task: HopTask, *, kinds: tuple[str, ...] = ARCHITECTURES, depths: tuple[int, ...] = (1, 2),
                 widths: tuple[int, ...] = (32,), steps: int = 100, batch_size: int = 32, lr: float = 1e-3,
                 warmup_steps: int = 10, heads: int = 4, n_samples: int = 100, seed: int = 0,
                 device: str | torch.device = "auto", progress: bool = True,
@@ -593,18 +665,15 @@ def depth_sweep(task: object, *, kinds: tuple[str, ...] = ARCHITECTURES, depths:
     """Train one model per (kind, width, depth) on multi-task hop_k and measure its error for every k.
 
     ``kinds`` from ``ARCHITECTURES``: the recurrent kinds of :func:`recurrent_model` and ``"transformer"``
-    (:func:`hoplib.models.gpt_for_task`, ``heads`` heads). Training is :func:`hoplib.train.fit` (AdamW, linear
-    warmup and decay, fresh samples every step), evaluation :func:`hoplib.evaluate.per_k_error` (paper metric,
-    ``n_samples`` per k). Returns tidy records ``{"kind", "d_model", "depth", "params", "state_bits", "k",
-    "error", "final_loss", "train_time_s"}`` (``state_bits`` is 0 for transformers). ``on_model``, if given,
-    is called with the records so far after each model (e.g. to save partial results of a long sweep).
+    (:func:`hoplib.models.gpt_for_task`, ``heads`` heads). Training is :func:`hoplib.train.fit` with
+    ``TrainConfig(steps, batch_size, lr, warmup_steps, seed=seed)`` (AdamW, linear warmup and decay, fresh
+    samples every step), evaluation :func:`hoplib.evaluate.per_k_error` (paper metric, ``n_samples`` per k),
+    through :func:`hoplib.lower_bounds.sweep.run_sweep`. Returns tidy records ``{"kind", "d_model", "depth",
+    "state_bits", "params", "k", "error", "final_loss", "train_time_s"}`` (``state_bits`` is 0 for transformers).
+    ``on_model``, if given, is called with the records so far after each model.
     """
-    import time
-
-    from hoplib.evaluate import per_k_error
-    from hoplib.models import gpt_for_task
-    from hoplib.tasks import HopTask
-    from hoplib.train import fit
+    from hoplib.lower_bounds.sweep import run_sweep
+    from hoplib.train import TrainConfig
 
     if not isinstance(task, HopTask):
         raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
@@ -612,29 +681,7 @@ def depth_sweep(task: object, *, kinds: tuple[str, ...] = ARCHITECTURES, depths:
         check_choice("kinds[i]", kind, ARCHITECTURES)
     depths = tuple(check_int("depths[i]", d, low=1) for d in depths)
     widths = tuple(check_int("widths[i]", w, low=1) for w in widths)
-    steps = check_int("steps", steps, low=1)
-    grid = [(kind, w, d) for kind in kinds for w in widths for d in depths]
-    if progress:
-        from tqdm.auto import tqdm
-    records: list[dict[str, object]] = []
-    for i, (kind, width, depth) in enumerate(tqdm(grid, desc="models") if progress else grid):
-        torch.manual_seed(seed + i)
-        if kind == "transformer":
-            model: nn.Module = gpt_for_task(task, depth=depth, d_model=width, heads=heads)
-            bits = 0
-        else:
-            model = recurrent_model(kind, task.vocab_size, d_model=width, n_layers=depth)
-            bits = model.state_bits()[0]
-        t0 = time.perf_counter()
-        hist = fit(model, task, steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
-                   seed=seed, device=device, progress=False)
-        wall = time.perf_counter() - t0
-        errors = per_k_error(model, task, n_samples=n_samples, seed=seed, device=device)
-        final_loss = float(sum(hist["loss"][-10:]) / len(hist["loss"][-10:]))
-        for k, err in errors.items():
-            records.append({"kind": kind, "d_model": width, "depth": depth, "params": count_parameters(model),
-                            "state_bits": bits, "k": int(k), "error": float(err), "final_loss": final_loss,
-                            "train_time_s": round(wall, 2)})
-        if on_model is not None:
-            on_model(records)
-    return records
+    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps, seed=seed)
+    grid = [{"kind": kind, "d_model": w, "depth": d} for kind in kinds for w in widths for d in depths]
+    return run_sweep(task, grid, _build(task, check_int("heads", heads, low=1)), config, n_samples=n_samples,
+                     device=device, progress=progress, on_model=on_model)

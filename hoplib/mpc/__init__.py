@@ -6,6 +6,7 @@ and a transformer layer run as an MPC protocol (Theorem 3.4).
 from hoplib.mpc.simulator import (
     Message,
     MPCLimitError,
+    MPCNotConvergedError,
     MPCProtocolError,
     MPCSimulator,
     MPCStats,
@@ -13,4 +14,5 @@ from hoplib.mpc.simulator import (
     Table,
 )
 
-__all__ = ["MPCLimitError", "MPCProtocolError", "MPCSimulator", "MPCStats", "Message", "RoundContext", "Table"]
+__all__ = ["MPCLimitError", "MPCNotConvergedError", "MPCProtocolError", "MPCSimulator", "MPCStats", "Message",
+           "RoundContext", "Table"]

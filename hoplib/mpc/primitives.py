@@ -5,9 +5,11 @@ that the protocols of Section 3 (and Corollary 3.3's connectivity) are built on,
 :class:`hoplib.mpc.simulator.MPCSimulator`:
 
 * :func:`sample_sort` sorts a table by its first column: at each level every bucket of machines samples its
-  records, its leader picks splitters, an f-ary tree broadcasts them, and records move to sub-buckets
-  (placed at a pseudo-random machine of the sub-bucket). With b = Theta(s) buckets per level there are
-  log_b q = O(1/delta) levels of O(1/delta) rounds each.
+  records, its leader picks splitters and estimates the sub-buckets' sizes, an f-ary tree broadcasts them, and
+  records move to sub-buckets (dealt round-robin over the sub-bucket's machines). With b = Theta(s) buckets
+  per level there are log_b q = O(1/delta) levels of O(1/delta) rounds each; a last step
+  (:func:`rebalance`, built on :func:`prefix_counts`) spreads the sorted records evenly. The splitters come
+  from samples, so bucket loads drift from level to level; the protocols state the memory this needs.
 * :func:`forward_fill` gives every record of a sorted table the last earlier record (in global order) that
   carries a flag: a prefix scan up and down an f-ary tree over the machines, 2 log_f q rounds.
 * :func:`lookup` and :func:`reduce_min` are sorting plus a forward fill, so hot keys (many requests for one
@@ -106,94 +108,226 @@ def sort_parameters(memory: int, lam: int = 16) -> tuple[int, int]:
     return b, f
 
 
+# --------------------------------------------------------------------------- global record counts
+def prefix_counts(sim: MPCSimulator, name: str, out_name: str = "_pc", *, fanout: int | None = None) -> None:
+    """Every machine learns ``[records of table name on earlier machines, total records]`` (table ``out_name``,
+    one row per machine): sums go up an f-ary tree over the machines (in machine order) and the prefixes come
+    back down, 2 * ceil(log_f q) rounds. :func:`rebalance` uses it to give every record its global rank.
+    """
+    q, s = sim.q, sim.s
+    f = fanout or max(2, s // 8)
+    depth = tree_depth(q, f)
+
+    def counts(mem: dict[str, Table]) -> np.ndarray:
+        t = mem.get(name)
+        return np.bincount(t.machine, minlength=q)[:q] if t is not None and len(t) else np.zeros(q, np.int64)
+
+    if depth == 0:  # one machine: its own count is the total
+        sim.defer(lambda ctx, mem: {**mem, out_name: Table(ctx.active, np.column_stack(
+            [np.zeros(len(ctx.active), np.int64), counts(mem)[ctx.active]]))})
+        return
+
+    def up(ctx: RoundContext, mem: dict[str, Table], level: int):
+        if level == 1:
+            nodes = src = ctx.active
+            sums = counts(mem)[nodes]
+        else:  # hosts of level-1 nodes add up their children's sums (and keep them for the way down)
+            ch = mem.get(f"_pu{level - 1}", _empty(2))
+            tot = np.zeros(q, np.int64)
+            np.add.at(tot, ch.machine, ch.data[:, 1])
+            j = np.arange(-(-q // f ** (level - 1)))
+            h = _host(level - 1, j, f, q)
+            keep = np.isin(h, ctx.active)
+            nodes, src = j[keep], h[keep]
+            sums = tot[src]
+        return mem, {f"_pu{level}": _msg(src, _host(level, nodes // f, f, q), np.column_stack([nodes, sums]))}
+
+    def down(ctx: RoundContext, mem: dict[str, Table], level: int):
+        mem = dict(mem)
+        ch = local_sort(mem.pop(f"_pu{level}", _empty(2)))  # rows [child, child's sum], by host and child
+        m, child, cnt = ch.machine, ch.data[:, 0], ch.data[:, 1]
+        pre, tot = np.zeros(q, np.int64), np.zeros(q, np.int64)
+        if level == depth:  # the root: the total is the sum of its children
+            np.add.at(tot, m, cnt)
+        else:
+            pd = mem.pop(f"_pd{level}", _empty(3))  # rows [node, prefix, total] from the parent
+            pre[pd.machine], tot[pd.machine] = pd.data[:, 1], pd.data[:, 2]
+        csum = np.cumsum(cnt)
+        start = np.searchsorted(m, m, side="left")
+        excl = csum - cnt - (csum[start] - cnt[start]) if len(m) else csum
+        dest = _host(level - 1, child, f, q) if level > 1 else child
+        return mem, {f"_pd{level - 1}": _msg(m, dest, np.column_stack([child, pre[m] + excl, tot[m]]))}
+
+    for level in range(1, depth + 1):
+        sim.round(lambda ctx, mem, level=level: up(ctx, mem, level))
+    for level in range(depth, 0, -1):
+        sim.round(lambda ctx, mem, level=level: down(ctx, mem, level))
+
+    def finish(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
+        mem = dict(mem)
+        pd = mem.pop("_pd0", _empty(3))
+        mem[out_name] = Table(pd.machine, pd.data[:, 1:])
+        return mem
+
+    sim.defer(finish)
+
+
 # --------------------------------------------------------------------------- sample sort
+def _sample_rate(estimate: np.ndarray, r: np.ndarray, b: int, lam: int) -> np.ndarray:
+    """Sampling probability for a bucket of r machines that holds about ``estimate`` records: lam samples
+    per sub-bucket on average (all records once the bucket holds fewer than lam * min(b, r))."""
+    return np.minimum(1.0, lam * np.minimum(b, r) / np.maximum(estimate, 1.0))
+
+
+def _sample(t: Table, lo: np.ndarray, hi: np.ndarray, estimate: np.ndarray, b: int, lam: int, salt: int) -> Message:
+    """Each record of ``t`` goes, with the probability of its bucket [lo, hi), to the bucket's leader lo."""
+    p = _sample_rate(estimate, hi - lo, b, lam)
+    u = (mix_hash(t.data[:, 0], salt) >> np.uint64(11)).astype(np.float64) / 2.0**53
+    pick = (u < p) & (hi - lo > 1)
+    return _msg(t.machine[pick], lo[pick], t.data[pick, :1])
+
+
+def _choose_splitters(smp: Table, leaders: np.ndarray, lo: np.ndarray, hi: np.ndarray, k_all: np.ndarray,
+                      bounds: np.ndarray, estimate: np.ndarray, b: int, lam: int) -> np.ndarray:
+    """Per leader, a row of b-1 splitters and b record-count estimates, one per sub-bucket.
+
+    Sub-bucket j gets the share of the leader's sorted samples ``smp`` that its machines have of the bucket.
+    Its size is estimated from the samples that fall in it (divided by the sampling rate), so that the next
+    level samples at a rate set by the sub-bucket's real size: a bucket that drew more records than its share
+    still sends its leader about lam samples per sub-bucket.
+    """
+    starts = np.searchsorted(smp.machine, leaders, side="left")
+    cnt = np.searchsorted(smp.machine, leaders, side="right") - starts
+    k = k_all[leaders]
+    frac = (bounds[leaders, 1:b] - lo[leaders, None]) / np.maximum(hi - lo, 1)[leaders, None]
+    idx = (frac * cnt[:, None]).astype(np.int64)  # samples below splitter j
+    keys = smp.data[np.clip(starts[:, None] + idx, 0, max(len(smp) - 1, 0)), 0] if len(smp) else idx
+    valid = np.arange(1, b)[None, :] < k[:, None]
+    splitters = np.where(valid & (idx < cnt[:, None]), keys, INT_MAX)
+    edges = np.column_stack([np.zeros(len(leaders), np.int64), np.where(valid, idx, cnt[:, None]), cnt])
+    p = _sample_rate(estimate[leaders], hi[leaders] - lo[leaders], b, lam)[:, None]
+    got = np.diff(edges, axis=1)  # samples per sub-bucket: its size times p (exactly its size when p = 1)
+    share = np.diff(bounds[leaders], axis=1)[:, :b] / np.maximum(hi - lo, 1)[leaders, None] * estimate[leaders, None]
+    guess = np.maximum((got + 1) / p, share / 2)  # few samples: never guess below half the machines' share
+    sizes = np.where(p >= 1.0, got, np.ceil(guess)).astype(np.int64)
+    return np.column_stack([splitters, sizes]).astype(np.int64)
+
+
+def _spread(m: np.ndarray, part: np.ndarray, salt: int, plo: np.ndarray, phi: np.ndarray, b: int) -> np.ndarray:
+    """Destinations in [plo, phi): each machine deals its records for one sub-bucket round-robin over the
+    sub-bucket's machines from a pseudo-random first one, so it sends no machine more than its share + 1."""
+    group = m * b + part
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    rank = np.empty(len(m), np.int64)
+    rank[order] = np.arange(len(m)) - np.searchsorted(g, g, side="left")
+    width = np.maximum(phi - plo, 1)
+    first = (mix_hash(group, salt) % width.astype(np.uint64)).astype(np.int64)
+    return plo + (first + rank) % width
+
+
 def sample_sort(sim: MPCSimulator, name: str, n_total: int, *, lam: int = 16, seed: int = 0) -> None:
     """Sort table ``name`` by column 0 (keys should be distinct): afterwards machine m's keys all lie below
-    machine m+1's. Rounds: 1 + sum over levels of (broadcast depth + 1), O(1/delta^2) and O(1) for fixed delta.
+    machine m+1's, and no machine holds more than ceil(T / q) of the T records. Each level, the leader of every
+    bucket of machines picks splitters from samples and broadcasts them, with its estimates of the
+    sub-buckets' sizes, down an f-ary tree; then the records move to their sub-buckets; finally
+    :func:`rebalance` evens the loads. Rounds: 1 + sum over levels of (broadcast depth + 1), plus
+    2 ceil(log_f q) + 1 for the rebalancing: O(1/delta^2), a constant for fixed delta. ``n_total`` (public) is
+    the number of records. The loads in between are balanced only up to the sampling errors, which add up
+    over the levels: callers size the memory for that (see :func:`hoplib.mpc.protocols.hop_min_memory`).
     """
     q, s = sim.q, sim.s
     b, f = sort_parameters(s, lam)
-    lam = max(1, min(lam, s // (4 * b)))  # a leader's samples must fit in a quarter of its memory
+    lam = max(1, s // (4 * b))  # samples fill a quarter of a leader's memory
     levels = sort_levels(q, b)
     if not levels:
         return
-    lv_lo, lv_hi = zip(*levels, strict=True)
-
-    def sample_msgs(ctx_level: int, t: Table, dest_lo: np.ndarray, dest_hi: np.ndarray) -> Message:
-        r = dest_hi - dest_lo
-        k = np.minimum(b, r)
-        expected = n_total * r / q
-        p = np.minimum(1.0, lam * k / np.maximum(expected, 1.0))
-        u = (mix_hash(t.data[:, 0], 2 * ctx_level + seed * 7919) >> np.uint64(11)).astype(np.float64) / 2.0**53
-        pick = (u < p) & (r > 1)
-        return _msg(t.machine[pick], dest_lo[pick], t.data[pick, :1])
 
     def first_sample(ctx: RoundContext, mem: dict[str, Table]):
         t = mem[name]
-        return mem, {"_smp": sample_msgs(0, t, lv_lo[0][t.machine], lv_hi[0][t.machine])}
+        lo, hi = levels[0][0][t.machine], levels[0][1][t.machine]
+        est = Table(ctx.active, np.full(len(ctx.active), n_total, np.int64))
+        return {**mem, "_est": est}, {"_smp": _sample(t, lo, hi, np.full(len(t), float(n_total)), b, lam,
+                                                     seed * 7919)}
 
     sim.round(first_sample)
     for level, (lo, hi) in enumerate(levels):
-        k_all, bounds_all = _split(lo, hi, b)
-        offset = np.arange(q) - lo
-        depth = _heap_depth(offset, f)
-        height = int(depth.max())
-
-        def broadcast(ctx: RoundContext, mem: dict[str, Table], t_round: int = 0, lo=lo, hi=hi,
-                      k_all=k_all, bounds_all=bounds_all, offset=offset, depth=depth):
-            mem = dict(mem)
-            if t_round == 0:  # leaders turn their samples into splitters
-                smp = local_sort(mem.pop("_smp", _empty(1)))
-                leaders = np.unique(smp.machine)
-                act = ctx.active
-                leaders = np.union1d(leaders, act[(offset[act] == 0) & (hi[act] - lo[act] > 1)])
-                starts = np.searchsorted(smp.machine, leaders, side="left")
-                cnt = np.searchsorted(smp.machine, leaders, side="right") - starts
-                k = k_all[leaders]
-                frac = (bounds_all[leaders, 1:b] - lo[leaders, None]) / np.maximum(hi - lo, 1)[leaders, None]
-                pick = starts[:, None] + np.minimum((frac * cnt[:, None]).astype(np.int64), cnt[:, None] - 1)
-                valid = (cnt[:, None] > 0) & (np.arange(1, b)[None, :] < k[:, None])
-                keys = smp.data[np.clip(pick, 0, max(len(smp) - 1, 0)), 0] if len(smp) else np.zeros(pick.shape,
-                                                                                                    np.int64)
-                rows = np.where(valid, keys, INT_MAX).astype(np.int64)
-                mem["_spl"] = Table(leaders, rows)
-            spl = mem.get("_spl", _empty(b - 1))
-            senders = spl.machine[depth[spl.machine] == t_round]
-            rows = spl.data[depth[spl.machine] == t_round]
-            child = offset[senders][:, None] * f + 1 + np.arange(f)[None, :]
-            ok = child < (hi[senders] - lo[senders])[:, None]
-            src = np.repeat(senders, f)[ok.ravel()]
-            dest = (lo[senders][:, None] + child)[ok]
-            data = np.repeat(rows, f, axis=0)[ok.ravel()]
-            return mem, {"_spl": _msg(src, dest, data)}
-
-        for t_round in range(max(height, 1)):
-            sim.round(lambda ctx, mem, t_round=t_round, bc=broadcast: bc(ctx, mem, t_round))
-
         nxt = levels[level + 1] if level + 1 < len(levels) else None
+        _sort_level(sim, name, level, lo, hi, nxt, b=b, f=f, lam=lam, seed=seed)
+    sim.defer(lambda ctx, mem: {k: v for k, v in mem.items() if k != "_est"})
+    rebalance(sim, name)
 
-        def route(ctx: RoundContext, mem: dict[str, Table], lo=lo, hi=hi, k_all=k_all, bounds_all=bounds_all,
-                  nxt=nxt, level=level):
-            mem = dict(mem)
-            t = mem.pop(name)
-            spl = mem.pop("_spl", _empty(b - 1))
-            splitters = np.full((q, b - 1), INT_MAX, dtype=np.int64)
-            splitters[spl.machine] = spl.data
-            m = t.machine
-            sp = splitters[m]
-            part = (sp <= t.data[:, :1]).sum(axis=1)
-            part = np.minimum(part, np.maximum(k_all[m] - 1, 0))
-            plo, phi = bounds_all[m, part], bounds_all[m, part + 1]
-            moving = (hi[m] - lo[m]) > 1
-            h = (mix_hash(t.data[:, 0], 1000 + level + seed * 7919) % np.maximum(phi - plo, 1).astype(np.uint64))
-            dest = np.where(moving, plo + h.astype(np.int64), m)
-            out = {name: _msg(m, dest, t.data)}
-            if nxt is not None:
-                nlo, nhi = nxt[0][dest], nxt[1][dest]
-                out["_smp"] = sample_msgs(level + 1, Table(m, t.data), nlo, nhi)
-            return mem, out
 
-        sim.round(route)
+def rebalance(sim: MPCSimulator, name: str) -> None:
+    """Spread a table sorted across machines (machine m's keys below machine m+1's) evenly, keeping the order:
+    with :func:`prefix_counts` every record learns its global rank r and moves to machine floor(r q / T), so
+    that no machine holds more than ceil(T / q) of the T records. 2 ceil(log_f q) + 1 rounds."""
+    prefix_counts(sim, name, "_pc")
+
+    def move(ctx: RoundContext, mem: dict[str, Table]):
+        mem = dict(mem)
+        t, pc = local_sort(mem.pop(name)), mem.pop("_pc")
+        offset, total = np.zeros(sim.q, np.int64), np.zeros(sim.q, np.int64)
+        offset[pc.machine], total[pc.machine] = pc.data[:, 0], pc.data[:, 1]
+        m = t.machine
+        rank = offset[m] + np.arange(len(t)) - np.searchsorted(m, m, side="left")
+        dest = rank * sim.q // np.maximum(total[m], 1)
+        return mem, {name: _msg(m, dest, t.data)}
+
+    sim.round(move)
+
+
+def _sort_level(sim: MPCSimulator, name: str, level: int, lo: np.ndarray, hi: np.ndarray, nxt, *, b: int, f: int,
+                lam: int, seed: int) -> None:
+    """One level of :func:`sample_sort`: splitters and size estimates down each bucket's f-ary heap of
+    machines (its depth in rounds), then one round that moves the records and samples for the next level."""
+    q = sim.q
+    k_all, bounds_all = _split(lo, hi, b)
+    offset = np.arange(q) - lo
+    depth = _heap_depth(offset, f)
+
+    def broadcast(ctx: RoundContext, mem: dict[str, Table], t_round: int):
+        mem = dict(mem)
+        if t_round == 0:  # leaders turn their samples into splitters and size estimates
+            smp = local_sort(mem.pop("_smp", _empty(1)))
+            est = np.zeros(q)
+            est[mem["_est"].machine] = mem["_est"].data[:, 0]
+            act = ctx.active
+            leaders = np.union1d(np.unique(smp.machine), act[(offset[act] == 0) & (hi[act] - lo[act] > 1)])
+            rows = _choose_splitters(smp, leaders, lo, hi, k_all, bounds_all, est, b, lam)
+            mem["_spl"] = Table(leaders, rows)
+        spl = mem.get("_spl", _empty(2 * b - 1))
+        now = depth[spl.machine] == t_round
+        senders, rows = spl.machine[now], spl.data[now]
+        child = offset[senders][:, None] * f + 1 + np.arange(f)[None, :]
+        ok = child < (hi[senders] - lo[senders])[:, None]
+        data = np.repeat(rows, f, axis=0)[ok.ravel()]
+        return mem, {"_spl": _msg(np.repeat(senders, f)[ok.ravel()], (lo[senders][:, None] + child)[ok], data)}
+
+    for t_round in range(max(int(depth.max()), 1)):
+        sim.round(lambda ctx, mem, t_round=t_round: broadcast(ctx, mem, t_round))
+
+    def route(ctx: RoundContext, mem: dict[str, Table]):
+        mem = dict(mem)
+        t, spl, old = mem.pop(name), mem.pop("_spl", _empty(2 * b - 1)), mem.pop("_est")
+        rows = np.zeros((q, 2 * b - 1), np.int64)
+        rows[:, : b - 1] = INT_MAX
+        rows[spl.machine] = spl.data
+        m = t.machine
+        part = np.minimum((rows[m, : b - 1] <= t.data[:, :1]).sum(axis=1), np.maximum(k_all[m] - 1, 0))
+        plo, phi = bounds_all[m, part], bounds_all[m, part + 1]
+        dest = np.where(hi[m] - lo[m] > 1, _spread(m, part, 1000 + level + seed * 7919, plo, phi, b), m)
+        act = old.machine  # each machine keeps the size estimate of its own next bucket
+        own = np.minimum((bounds_all[act, 1:b] <= act[:, None]).sum(axis=1), np.maximum(k_all[act] - 1, 0))
+        mem["_est"] = Table(act, np.where(hi[act] - lo[act] > 1, rows[act, b - 1 + own], old.data[:, 0]))
+        out = {name: _msg(m, dest, t.data)}
+        if nxt is not None:
+            est = rows[m, b - 1 + part].astype(np.float64)
+            out["_smp"] = _sample(Table(m, t.data), nxt[0][dest], nxt[1][dest], est, b, lam,
+                                    2 * level + 2 + seed * 7919)
+        return mem, out
+
+    sim.round(route)
 
 
 # --------------------------------------------------------------------------- forward fill (prefix scan)

@@ -41,6 +41,17 @@ class MPCProtocolError(Exception):
     """A protocol broke the rules of the model in another way: a bad address, or a non-local step."""
 
 
+class MPCNotConvergedError(RuntimeError):
+    """An iterative protocol stopped at its iteration limit before its output settled.
+
+    ``labels`` (the unfinished output) and ``stats`` (with ``converged = False``) are kept on the exception.
+    """
+
+    def __init__(self, message: str, labels: np.ndarray, stats: MPCStats):
+        super().__init__(message)
+        self.labels, self.stats = labels, stats
+
+
 @dataclass
 class Table:
     """Records held by machines: ``machine`` (n,) int64 and ``data`` (n, w); each record is w words."""
@@ -118,6 +129,8 @@ class MPCStats:
     max_sent_per_round: list[int] = field(default_factory=list)
     max_received_per_round: list[int] = field(default_factory=list)
     phases: dict[str, int] = field(default_factory=dict)
+    converged: bool | None = None
+    """For iterative protocols: whether the output settled before the iteration limit (None: not iterative)."""
 
     @property
     def total_words(self) -> int:
@@ -126,7 +139,8 @@ class MPCStats:
     def as_dict(self) -> dict:
         return {"num_machines": self.num_machines, "memory": self.memory, "rounds": self.rounds,
                 "max_memory": self.max_memory, "total_words": self.total_words,
-                "max_words_per_round": max(self.words_per_round, default=0), "phases": dict(self.phases)}
+                "max_words_per_round": max(self.words_per_round, default=0), "phases": dict(self.phases),
+                "converged": self.converged}
 
 
 Step = Callable[[RoundContext, dict[str, Table]], tuple[dict[str, Table], dict[str, Message]]]

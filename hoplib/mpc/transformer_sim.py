@@ -6,18 +6,34 @@ attention layer of Lemma 3.2 (:class:`hoplib.mpc.routing.RoutingLayer`). Loading
 routing layer (input token t sends its word to its machine's token), so an R-round protocol takes R + 1
 layers, as in the theorem. Each layer's delivery is compared with the simulator's direct delivery.
 
-Width: each layer sizes its slot matrix from the traffic it carries (b = the most packets one destination
-can see); the theorem's width is the worst case over all routings (b = s^2, m' = 12 b^2 ln N^2), which the
-layer log reports beside it.
+Width: each layer sizes its slot matrix and its key dimension from the traffic it carries (b = the most
+packets one destination can see, and the most destinations one source writes to), so the transformer built here
+is fitted to one input: it is *not* one transformer valid for all inputs. The theorem's width is the worst case
+over all routings (b = s^2, m' = 12 b^2 ln N^2, key dimension 16 s^2 ln N), which the layer log reports beside
+it (:func:`input_independent_width`).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
-from hoplib.mpc.routing import RoutingLayer, lemma_slots
+from hoplib._book.validate import check_int
+from hoplib.mpc.routing import PIECES, RoutingLayer, lemma_slots
 from hoplib.mpc.simulator import Message, MPCProtocolError, MPCSimulator, Table, deliver_direct
+
+
+def input_independent_width(num_tokens: int, memory: int, message_words: int) -> int:
+    """Width of one routing layer that works for *every* round of every input (Lemma 3.2 with Fact B.2):
+    key dimension 16 s^2 ln N + 64, plus m' = 12 s^4 ln N^2 slots of (4 + 4 beta) words, s = ``memory``
+    (a machine sends and receives at most s words, so at most s messages). This is the width a single
+    transformer valid for all inputs needs; :class:`TransformerMPC` fits its layers to one input instead."""
+    n = check_int("num_tokens", num_tokens, low=2)
+    s = check_int("memory", memory, low=1)
+    beta = check_int("message_words", message_words, low=1)
+    return int(16 * s**2 * math.log(n)) + 64 + 1 + lemma_slots(s, n) * (4 + beta * PIECES)
 
 
 class TransformerMPC(MPCSimulator):
@@ -55,8 +71,9 @@ class TransformerMPC(MPCSimulator):
         pairs = np.unique(np.column_stack([dest, src]), axis=0)
         np.add.at(view, pairs[:, 0], sends[pairs[:, 1]])
         b = int(view.max())
+        fan_out = int(np.bincount(pairs[:, 1], minlength=n_tokens).max())  # most destinations of one source
         layer = RoutingLayer(n_tokens, s_route, msg.shape[1], max_view=b, seed=self.seed + self.layers,
-                             device=self.device)
+                             key_dim=int(16 * fan_out**2 * math.log(n_tokens)) + 64, device=self.device)
         res = layer.forward(src, dest, msg)
         sent = np.column_stack([dest, src, msg])
         got = np.column_stack([res.dest, res.src, res.msg])
@@ -64,7 +81,9 @@ class TransformerMPC(MPCSimulator):
                                                            got[np.lexsort(got.T[::-1])])
         self.layer_log.append({"layer": self.layers, "messages": int(len(src)), "s": s_route, "b": b,
                                "slots": layer.slots, "width": layer.width, "key_dim": layer.d,
+                               "message_words": msg.shape[1],
                                "lemma_slots_for_s": lemma_slots(s_route, n_tokens), "exact": bool(exact),
+                               "input_independent_width": input_independent_width(n_tokens, self.s, msg.shape[1]),
                                "max_offtarget_score": res.max_offtarget_score})
         if not exact:
             raise MPCProtocolError(f"layer {self.layers}: the routing layer lost or invented messages")

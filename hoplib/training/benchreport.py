@@ -1,9 +1,8 @@
-"""One-line summaries of the stored training benchmarks (Section 4.2 / Appendix G at speed), for the chapter.
+"""Summaries of the stored GPU training benchmark (Section 4.2 / Appendix G's grid at speed), for the chapter.
 
-The files are written by ``benchmarks/bench_train.py`` (CPU: our training step against HuggingFace's
-``GPT2Model`` fed by a per-sample Python generator) and ``benchmarks/bench_gpu.py`` (GPU: steps per second on
-the paper grid, share of the bf16 peak, projected wall time of the grid), both through
-:func:`hoplib._book.provenance.save_results`. Every line names the commit and date it was measured at.
+The file is written by ``benchmarks/bench_gpu.py`` (steps per second on the paper grid, share of the bf16 peak,
+projected wall time of the grid) through :func:`hoplib._book.provenance.save_results`. Every summary names the
+commit and date it was measured at.
 """
 
 from __future__ import annotations
@@ -22,16 +21,6 @@ def _origin(record: dict[str, Any]) -> str:
     prov = record["provenance"]
     commit = prov.get("source_commit") or prov.get("git_commit") or "unknown"
     return f"git {commit[:8]}, {str(prov.get('created_utc', '?'))[:10]}"
-
-
-def cpu_summary(record: dict[str, Any]) -> str:
-    """``"fused: 1.95 vs 1.18 steps/s, ratio 1.66x (rounds 1.68, 1.67, 1.62) | 1 thread(s), git ..., date"``."""
-    record = _check_record(record)
-    d, par = record["data"], record["parameters"]
-    rounds = ", ".join(f"{r:.2f}" for r in d.get("round_ratios", []))
-    return (f"{par.get('ours_impl', 'eager'):>8}: {d['ours_steps_per_s']:.2f} vs {d['hf_steps_per_s']:.2f} steps/s, "
-            f"ratio {d['ratio']:.2f}x" + (f" (rounds {rounds})" if rounds else "")
-            + f" | {d.get('torch_threads', '?')} thread(s), {_origin(record)}")
 
 
 def gpu_summary(record: dict[str, Any]) -> list[str]:

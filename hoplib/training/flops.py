@@ -18,8 +18,8 @@ familiar 6 N D.
 
 Left out, as in those papers: biases, LayerNorm, GELU, softmax, dropout, residual additions, embedding
 look-ups, the loss and the optimiser update (all elementwise, O(N + B T m) per step, a few percent at most
-for these widths). Only ``attention="softmax"`` and ``"longformer"`` (which runs SDPA over the full square with
-a mask) are counted; Performer's kernel attention is not.
+for these widths). Only softmax and Longformer attention (which runs SDPA over the full square with a mask) are
+counted; Performer's kernel attention is not.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _config(config: object) -> GPTConfig:
         config = config.config  # a GPT or a GPTEnsemble (per-model count)
     if not isinstance(config, GPTConfig):
         raise TypeError(f"config must be a hoplib.models.GPTConfig (or a GPT), got {type(config).__name__}")
-    if config.attention not in ("softmax", "longformer"):
+    if config.attention.name not in ("softmax", "longformer"):
         raise ValueError(f"config.attention must be 'softmax' or 'longformer' (SDPA over the full square), "
-                         f"got {config.attention!r}")
+                         f"got {config.attention.name!r}")
     return config

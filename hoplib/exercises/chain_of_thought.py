@@ -1,0 +1,65 @@
+"""Checkers for the exercises of the chapter on chain of thought (Definition 5.5, Corollary 5.6 of the paper;
+:mod:`hoplib.lower_bounds.cot`).
+
+* :func:`check_full_chain`: write the full pointer chain of hop_k for a letter sequence, token by token.
+* :func:`check_lookups`: count the dependent lookups each generated token needs, for each chain length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from hoplib.exercises import CheckResult, check_function
+from hoplib.lower_bounds.cot import CHAINS, CotTask, lookups_per_token
+
+
+def _reference_chain(letters: list[int], k: int) -> list[str]:
+    task = CotTask(seq_len=len(letters) + 2, alphabet_size=max(2, max(letters) + 1), max_hops=max(k, 1),
+                   min_hops=0, chain="full")
+    batch = task.from_letters(torch.tensor([letters]), torch.tensor([k]))
+    return task.decode(batch.chain[0, :int(batch.chain_len[0])]) + [task.token_str(batch.answer[0])]
+
+
+def _chain_cases(n: int = 150, seed: int = 0) -> list[tuple[list[int], int]]:
+    rng = np.random.default_rng(seed)
+    cases = [([1, 0, 4, 1, 2, 0, 1, 4, 1, 3, 4, 0], 2), ([0, 1, 0, 1], 3), ([2, 0, 1], 1), ([0, 1, 2], 2)]
+    for _ in range(n):
+        size = int(rng.integers(2, 5))
+        length = int(rng.integers(3, 16))
+        cases.append((rng.integers(0, size, size=length).tolist(), int(rng.integers(0, 6))))
+    return cases
+
+
+def check_full_chain(user_fn: Callable[[list[int], int], Any]) -> CheckResult:
+    """Check ``user_fn(letters, k) -> list of str``: the full chain and then the answer, as readable tokens.
+
+    Letters are ints 0, 1, ... (positions 0-based). Tokens: ``"@p"`` for the pointer find^j(N-1) = p,
+    ``"(p,a)"`` for the pair (p, x_p) with the letter written 'a', 'b', ...; ``"~"`` for ⊥ (the chain broke);
+    the answer is a letter ('a', ...) or ``"~"``. For k = 0 the list is just the last letter.
+    """
+
+    def user(letters: list[int], k: int) -> list[str]:
+        return [str(t) for t in user_fn(list(letters), k)]
+
+    return check_function(user, _reference_chain, _chain_cases(), name="your chain",
+                          describe=lambda c: f"letters={c[0]}, k={c[1]}")
+
+
+def check_lookups(user_fn: Callable[[int, str], Any]) -> CheckResult:
+    """Check ``user_fn(k, chain) -> list of int``: for each generated token (chain, then answer), the number of
+    dependent lookups (a search or a fetch) it needs after the token before it.
+
+    Compared with :func:`hoplib.lower_bounds.cot.lookups_per_token` for k = 0..12 and every chain of
+    :data:`hoplib.lower_bounds.cot.CHAINS`.
+    """
+
+    def user(k: int, chain: str) -> list[int]:
+        return [int(v) for v in user_fn(k, chain)]
+
+    cases = [(k, c) for c in CHAINS for k in range(0, 13)]
+    return check_function(user, lookups_per_token, cases, name="your lookup count",
+                          describe=lambda c: f"k={c[0]}, chain={c[1]!r}")

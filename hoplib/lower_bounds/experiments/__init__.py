@@ -1,0 +1,195 @@
+"""The measurements, tables, figures and profiles of the four lower-bound chapters (Section 5 and Appendix E of
+the paper): one module per chapter, each with its ``PROFILES`` (the settings of the ``quick``, ``cpu`` and
+``paper`` profiles, defined here once and passed to :func:`hoplib._book.notebook.start`):
+
+* :mod:`.rnn`: multi-layer RNNs and pointer chasing (Corollary 5.2, Propositions E.3 and E.4);
+* :mod:`.efficient_attention`: kernel (Performer) and Longformer attention (Corollaries 5.3 and 5.4);
+* :mod:`.chain_of_thought`: one layer with a chain of thought (Definition 5.5, Corollary 5.6);
+* :mod:`.gnn`: message-passing GNNs against transformers on connectivity (Theorem 5.1, Corollaries 3.3, 3.5);
+* :mod:`.closing`: the table that sets all of them side by side.
+
+This module holds what they share: reading a stored run's settings, checking them against a profile, turning
+sweep rows into :class:`hoplib.report.ErrorRecord` and printing small tables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hoplib.report import ErrorRecord, error_table, smallest_depth
+
+
+def part_settings(parameters: Mapping[str, Any], part: str | None = None) -> dict[str, Any]:
+    """The settings of one chapter inside a stored run's ``parameters``.
+
+    Runs of the former combined chapter stored each part's settings under a key (``"eff"``, ``"cot"``,
+    ``"gnn"``); runs of a chapter of its own store them at the top level. ``part`` names the key to look for.
+    """
+    if not isinstance(parameters, Mapping):
+        raise TypeError(f"parameters must be a dict, got {type(parameters).__name__}")
+    if part is not None and isinstance(parameters.get(part), Mapping):
+        return dict(parameters[part])
+    return dict(parameters)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, recursively (JSON stores both as lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def settings_mismatch(parameters: Mapping[str, Any], profile: Mapping[str, Any], keys: Iterable[str],
+                      part: str | None = None) -> dict[str, tuple[Any, Any]]:
+    """``{key: (stored, profile)}`` for each of ``keys`` whose stored value differs from the profile's."""
+    stored = part_settings(parameters, part)
+    out = {}
+    for key in keys:
+        if key not in profile:
+            raise ValueError(f"key {key!r} is not a setting of the profile (settings: {sorted(profile)})")
+        if _plain(stored.get(key)) != _plain(profile[key]):
+            out[key] = (stored.get(key), profile[key])
+    return out
+
+
+def check_stored_settings(parameters: Mapping[str, Any], profile: Mapping[str, Any], keys: Iterable[str],
+                          part: str | None = None) -> None:
+    """Raise ``ValueError`` naming every setting in which a stored run differs from ``profile``: a chapter
+    that shows a stored run as "the ``cpu`` profile" must show a run made with that profile's settings."""
+    diff = settings_mismatch(parameters, profile, keys, part)
+    if diff:
+        raise ValueError("the stored run was made with other settings than the profile: "
+                         + ", ".join(f"{k}: stored {a!r}, profile {b!r}" for k, (a, b) in diff.items()))
+
+
+def error_records(rows: Iterable[Mapping[str, Any] | ErrorRecord], *, run: str = "") -> list[ErrorRecord]:
+    """Sweep rows (dicts with ``kind``, ``depth``, ``k``, ``error`` and optionally ``d_model``) as
+    :class:`~hoplib.report.ErrorRecord` with family = kind and width = d_model; records pass through."""
+    out = []
+    for row in rows:
+        if isinstance(row, ErrorRecord):
+            out.append(row)
+            continue
+        if not isinstance(row, Mapping):
+            raise TypeError(f"rows must be dicts or ErrorRecord, got {type(row).__name__}")
+        missing = [key for key in ("kind", "depth", "k", "error") if key not in row]
+        if missing:
+            raise ValueError(f"a sweep row lacks the keys {missing}: {dict(row)}")
+        out.append(ErrorRecord(str(row["kind"]), int(row["depth"]), int(row["k"]), float(row["error"]),
+                               row.get("d_model"), "paper", run))
+    return out
+
+
+def families(records: Iterable[ErrorRecord], order: Sequence[str] = ()) -> list[str]:
+    """The model families present in ``records``, those of ``order`` first, in that order."""
+    present = list(dict.fromkeys(r.family for r in records))
+    return [f for f in order if f in present] + [f for f in present if f not in order]
+
+
+def best_error(records: Iterable[ErrorRecord], family: str, k: int) -> float:
+    """The lowest error at hop count ``k`` over every depth and width of ``family``."""
+    errors = [r.error for r in records if r.family == family and r.k == k]
+    if not errors:
+        raise ValueError(f"no record with family={family!r} and k={k}")
+    return min(errors)
+
+
+def depth_needed(records: Sequence[ErrorRecord], family: str, threshold: float) -> dict[int, int | None]:
+    """``{k: smallest depth whose error at k is at most threshold}`` for one family (None if no depth did).
+
+    With several widths, a depth counts when any width reaches the threshold there."""
+    widths = sorted({r.width for r in records if r.family == family}, key=lambda w: -1 if w is None else w)
+    if not widths:
+        raise ValueError(f"no record with family={family!r}")
+    per_width = [smallest_depth(records, threshold=threshold, family=family, width=w) for w in widths]
+    ks = sorted({k for table in per_width for k in table})
+    return {k: min((t[k] for t in per_width if t.get(k) is not None), default=None) for k in ks}
+
+
+def solved_up_to(records: Sequence[ErrorRecord], family: str, depth: int, threshold: float) -> int:
+    """Largest K such that the (family, depth) model has error at most ``threshold`` at every k = 1..K."""
+    errs = {r.k: r.error for r in records if r.family == family and r.depth == depth}
+    if not errs:
+        raise ValueError(f"no records for family={family!r}, depth={depth}")
+    best = 0
+    for k in sorted(kk for kk in errs if kk >= 1):
+        if errs[k] > threshold:
+            break
+        best = k
+    return best
+
+
+def text_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *,
+               digits: int = 3) -> str:
+    """A fixed-width text table of ``rows`` (floats with ``digits`` significant digits, ``-`` for None)."""
+    if not rows:
+        raise ValueError("rows must be a non-empty list of dicts")
+    cols = list(columns) if columns is not None else list(rows[0])
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float) and not math.isnan(v):
+            return f"{v:.{digits}g}"
+        if isinstance(v, (list, tuple)):
+            return "(" + ", ".join(cell(x) for x in v) + ")"
+        return str(v)
+
+    body = [[cell(row.get(c)) for c in cols] for row in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths, strict=True)) for b in body]
+    return "\n".join(lines)
+
+
+def error_text(records: Sequence[ErrorRecord], order: Sequence[str] = ()) -> str:
+    """Error per k, one line per (family, width, depth), as text."""
+    rows = []
+    for fam in families(records, order):
+        for width in sorted({r.width for r in records if r.family == fam}, key=lambda w: -1 if w is None else w):
+            for depth, per_k in error_table(records, family=fam, width=width).items():
+                rows.append({"model": f"{fam} L={depth}" + ("" if width is None else f" m={width}"),
+                             **{f"k={k}": f"{e:.3f}" for k, e in per_k.items()}})
+    return text_table(rows)
+
+
+def depth_text(records: Sequence[ErrorRecord], threshold: float, order: Sequence[str] = ()) -> str:
+    """For each family and k, the smallest depth with error at most ``threshold`` (``>L``: no depth tried)."""
+    rows = []
+    for fam in families(records, order):
+        top = max(r.depth for r in records if r.family == fam)
+        need = depth_needed(records, fam, threshold)
+        rows.append({"model": fam, **{f"k={k}": (str(d) if d is not None else f">{top}") for k, d in need.items()}})
+    return text_table(rows)
+
+
+def plot_families(records: Sequence[ErrorRecord], order: Sequence[str] = (), *, title: str = "",
+                  chance: float | None = None):
+    """Error against k, one panel per model family (its widest models, if several widths were trained) and
+    one curve per depth (via :func:`hoplib.report.plot_error_vs_k`); returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from hoplib.report import plot_error_vs_k
+
+    shown = families(records, order)
+    if not shown:
+        raise ValueError("records must be a non-empty list of ErrorRecord")
+    fig, axes = plt.subplots(1, len(shown), figsize=(3.1 * len(shown), 3.0), sharey=True, squeeze=False)
+    for ax, fam in zip(axes[0], shown, strict=True):
+        sel = [r for r in records if r.family == fam]
+        width = max((r.width for r in sel if r.width is not None), default=None)
+        plot_error_vs_k([r for r in sel if r.width == width], ax, chance=chance, title=fam)
+        ax.legend(fontsize=7)
+    for ax in axes[0][1:]:
+        ax.set_ylabel("")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["best_error", "check_stored_settings", "depth_needed", "depth_text", "error_records",
+           "error_text", "families", "part_settings", "plot_families", "settings_mismatch", "solved_up_to",
+           "text_table"]

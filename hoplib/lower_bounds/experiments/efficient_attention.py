@@ -1,0 +1,111 @@
+"""The measurements of the chapter on efficient attention (Corollaries 5.3 and 5.4 of the paper): FAVOR+
+against softmax attention, the Performer and Longformer reductions on the inputs of Proposition E.4, and the
+training sweep of the three attention types with what its stored run shows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from hoplib.lower_bounds import efficient as eff
+from hoplib.lower_bounds.experiments import best_error, solved_up_to
+from hoplib.report import ErrorRecord
+from hoplib.tasks import HopTask
+
+KINDS = ("softmax", "performer", "longformer")
+TRAIN_KEYS = ("seq_len", "max_hops", "depths", "d_model", "heads", "n_features", "window", "global_every",
+              "steps", "lr", "warmup_steps", "n_samples")
+REDUCTION_COLUMNS = ("kind", "k", "q", "N", "bits", "formula_bits", "message_bits", "paper_scale", "N/k^6",
+                     "max_abs_diff")
+_REDUCTION = {"red_depth": 2, "red_width": 16, "red_heads": 2, "red_features": 8, "red_window": 3, "red_global": 8}
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "quick": {"favor_ms": [4, 16, 64, 256, 1024, 4096], "favor_draws": 3,
+              "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8)], **_REDUCTION,
+              "seq_len": 12, "max_hops": 2, "depths": [1, 2], "d_model": 32, "heads": 2, "n_features": 16,
+              "window": 2, "global_every": 8, "steps": 40, "lr": 0.003, "warmup_steps": 5, "n_samples": 30,
+              "threshold": 0.1},
+    "cpu": {"favor_ms": [4, 16, 64, 256, 1024, 4096, 16384], "favor_draws": 10,
+            "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8), (4, 16), (6, 16)], **_REDUCTION,
+            "seq_len": 16, "max_hops": 3, "depths": [2, 3], "d_model": 32, "heads": 2, "n_features": 16,
+            "window": 2, "global_every": 8, "steps": 2000, "lr": 0.003, "warmup_steps": 100, "n_samples": 100,
+            "threshold": 0.1},
+    "paper": {"favor_ms": [4, 16, 64, 256, 1024, 4096, 16384], "favor_draws": 10,
+              "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8), (4, 16), (6, 16), (8, 32)], **_REDUCTION,
+              "seq_len": 100, "max_hops": 16, "depths": [2, 3, 4, 5, 6], "d_model": 128, "heads": 4,
+              "n_features": 32, "window": 8, "global_every": 25, "steps": 20000, "lr": 0.001,
+              "warmup_steps": 1000, "n_samples": 100, "threshold": 0.1},
+}
+
+
+def favor_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """From :func:`hoplib.lower_bounds.efficient.favor_error` records: the mean weight error per m'
+    (``means``), whether it falls at every step (``decreasing``), the ratio of the first to the last mean
+    (``ratio``) and the log-log slope (``slope``, about -1/2 for a Monte Carlo estimate)."""
+    ms = sorted({int(r["n_features"]) for r in records})
+    if len(ms) < 2:
+        raise ValueError("records must cover at least two feature counts m'")
+    means = {m: float(np.mean([r["weight_error"] for r in records if r["n_features"] == m])) for m in ms}
+    return {"means": means, "decreasing": all(means[a] > means[b] for a, b in zip(ms, ms[1:], strict=False)),
+            "ratio": means[ms[0]] / means[ms[-1]], "slope": eff.favor_slope(list(records)),
+            "m_lo": ms[0], "m_hi": ms[-1]}
+
+
+def reduction_rows(settings: Mapping[str, Any], *, seed: int = 0) -> list[dict[str, Any]]:
+    """:func:`hoplib.lower_bounds.efficient.reduction_record` of both reductions (Performer with
+    ``red_features`` features, Longformer with window ``red_window`` and global spacing ``red_global``) for
+    every (k, q) of ``bit_table``, on GPTs of depth ``red_depth``, width ``red_width``, ``red_heads`` heads."""
+    missing = [key for key in ("bit_table", *_REDUCTION) if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    extra = {"performer": {"n_features": settings["red_features"]},
+             "longformer": {"window": settings["red_window"], "global_every": settings["red_global"]}}
+    return [eff.reduction_record(kind, int(k), int(q), depth=settings["red_depth"], d_model=settings["red_width"],
+                                 heads=settings["red_heads"], seed=seed, **extra[kind])
+            for k, q in settings["bit_table"] for kind in ("performer", "longformer")]
+
+
+def reductions_exact(rows: Sequence[Mapping[str, Any]], tol: float = 1e-4) -> bool:
+    """Every reduction posted exactly the formula's bits and reproduced the forward pass within ``tol``."""
+    return all(r["bits"] == r["formula_bits"] and r["max_abs_diff"] < tol for r in rows)
+
+
+def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "auto",
+          progress: bool = False) -> list[dict[str, Any]]:
+    """:func:`hoplib.lower_bounds.efficient.attention_sweep` with the training settings of a profile."""
+    missing = [key for key in TRAIN_KEYS if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    keys = ("depths", "d_model", "heads", "n_features", "window", "global_every", "steps", "lr", "warmup_steps",
+            "n_samples")
+    return eff.attention_sweep(task, **{key: settings[key] for key in keys}, seed=seed, device=device,
+                               progress=progress)
+
+
+def summary(records: Sequence[ErrorRecord], threshold: float) -> dict[str, Any]:
+    """What the chapter reads off a sweep: ``solved[kind]``, the largest K such that one depth has error at
+    most ``threshold`` for every k = 1..K; ``best[kind][k]``, the best error over depths at each k >= 1; and
+    ``kmax``, the largest k."""
+    kinds = [kd for kd in KINDS if any(r.family == kd for r in records)]
+    if not kinds:
+        raise ValueError(f"records hold none of the attention types {KINDS}")
+    kmax = max(r.k for r in records)
+    depths = sorted({r.depth for r in records})
+    solved = {kd: max(solved_up_to(records, kd, d, threshold) for d in depths
+                      if any(r.family == kd and r.depth == d for r in records)) for kd in kinds}
+    best = {kd: {k: best_error(records, kd, k) for k in range(1, kmax + 1)} for kd in kinds}
+    return {"solved": solved, "best": best, "kmax": kmax}
+
+
+def summary_rows(found: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """:func:`summary` as table rows: per attention type, the K it solves up to and its best error per k."""
+    return [{"attention": kind, "solved up to k": found["solved"][kind],
+             **{f"best error k={k}": f"{e:.3f}" for k, e in found["best"][kind].items()}}
+            for kind in found["solved"]]
+
+
+__all__ = ["KINDS", "PROFILES", "REDUCTION_COLUMNS", "TRAIN_KEYS", "favor_summary", "reduction_rows",
+           "reductions_exact", "summary", "summary_rows", "sweep"]

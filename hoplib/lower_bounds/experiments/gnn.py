@@ -1,0 +1,164 @@
+"""The measurements of the chapter on GNNs and connectivity (Theorem 5.1 and Corollaries 3.3 and 3.5 of the
+paper): locality of message passing checked on random GNNs, the depth an exact GNN, pointer doubling and the MPC
+components protocol need against the diameter, and GNNs and transformers trained on the same instances."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from hoplib._book.device import get_device
+from hoplib._book.validate import check_int
+from hoplib.lower_bounds import gnn, graphs
+
+TRAIN_KEYS = ("learn_families", "gnn_ds", "gnn_width", "gnn_steps", "tf_ds", "tf_depths", "tf_d_model",
+              "tf_heads", "tf_steps", "eval_size")
+STRUCTURE_KEYS = ("exact_ds", "doubling_ds", "mpc_ds", "mpc_memory")
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "quick": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32], "doubling_ds": [2, 4, 8, 16, 32, 64, 128],
+              "mpc_ds": [2, 4, 8, 16, 32], "mpc_memory": 256, "learn_families": ["path"], "gnn_ds": [2, 3],
+              "gnn_width": 16, "gnn_steps": 120, "tf_ds": [2], "tf_depths": [1, 2], "tf_d_model": 32,
+              "tf_heads": 2, "tf_steps": 100, "eval_size": 256, "threshold": 0.9},
+    "cpu": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], "doubling_ds": [2, 4, 8, 16, 32, 64, 128, 256],
+            "mpc_ds": [2, 4, 8, 16, 32, 64, 128], "mpc_memory": 256, "learn_families": ["path", "cycle"],
+            "gnn_ds": [2, 3, 4, 6], "gnn_width": 32, "gnn_steps": 400, "tf_ds": [2, 4], "tf_depths": [1, 2, 3],
+            "tf_d_model": 32, "tf_heads": 2, "tf_steps": 500, "eval_size": 512, "threshold": 0.9},
+    "paper": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128],
+              "doubling_ds": [2, 4, 8, 16, 32, 64, 128, 256, 512], "mpc_ds": [2, 4, 8, 16, 32, 64, 128, 256],
+              "mpc_memory": 256, "learn_families": ["path", "cycle", "tree"], "gnn_ds": [2, 3, 4, 6, 8, 12],
+              "gnn_width": 64, "gnn_steps": 3000, "tf_ds": [2, 4, 8, 12], "tf_depths": [1, 2, 3, 4, 5, 6],
+              "tf_d_model": 128, "tf_heads": 4, "tf_steps": 10000, "eval_size": 2048, "threshold": 0.9},
+}
+
+
+def _need(settings: Mapping[str, Any], keys: Sequence[str]) -> None:
+    missing = [key for key in keys if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+
+
+def locality_table(family: str, diameter: int, depths: Sequence[int], *, seed: int = 0, n_random: int = 4,
+                   device: str | torch.device = "cpu") -> list[dict[str, Any]]:
+    """The locality of message passing, measured: for each aggregation and depth L, the largest change of a
+    random :class:`~hoplib.lower_bounds.gnn.MessagePassingGNN`'s output at t (double precision) when
+    everything outside t's L-ball is perturbed (must be 0) and when everything outside its (L-1)-ball is (must
+    not be). Nodes carry the marks of s and t and ``n_random`` random features."""
+    dev = get_device(device)
+    g = graphs.sample_graphs(family, check_int("diameter", diameter, low=1), 64, seed=seed, device=dev)
+    x = graphs.node_features(g, n_random, seed=seed).double()
+    rows = []
+    for agg in gnn.AGGREGATIONS:
+        for depth in depths:
+            depth = check_int("depths[i]", depth, low=1)
+            torch.manual_seed(seed + depth)
+            model = gnn.MessagePassingGNN(2 + n_random, 16, depth, aggregation=agg).double().to(dev)
+            with torch.no_grad():
+                out = model(x, g.edges, g.t)
+                e_out, x_out = gnn.perturb_outside_ball(g, x, g.t, depth, seed=seed)
+                e_in, x_in = gnn.perturb_outside_ball(g, x, g.t, depth - 1, seed=seed)
+                rows.append({"aggregation": agg, "L": depth,
+                             "change (outside L-ball)": float((model(x_out, e_out, g.t) - out).abs().max()),
+                             "change (outside (L-1)-ball)": float((model(x_in, e_in, g.t) - out).abs().max())})
+    return rows
+
+
+def same_output_when_source_moves(family: str, diameter: int, max_depth: int, *, seed: int = 0,
+                                  device: str | torch.device = "cpu") -> list[bool]:
+    """For depths 0..``max_depth``: does a random GNN give the same output at t on connected instances and on
+    the same instances with s moved into the other component? (True for every depth below the diameter.)"""
+    dev = get_device(device)
+    pos = graphs.sample_graphs(family, check_int("diameter", diameter, low=1), 64, seed=seed, device=dev,
+                               p_connected=1.0)
+    neg = gnn.move_source_to_other_component(pos)
+    same = []
+    for depth in range(check_int("max_depth", max_depth, low=0) + 1):
+        torch.manual_seed(depth)
+        model = gnn.MessagePassingGNN(6, 16, depth).double().to(dev)
+        with torch.no_grad():
+            a = model(graphs.node_features(pos, 4, seed=1).double(), pos.edges, pos.t)
+            b = model(graphs.node_features(neg, 4, seed=1).double(), neg.edges, neg.t)
+        same.append(bool(torch.equal(a, b)))
+    return same
+
+
+def depth_vs_diameter(settings: Mapping[str, Any], *, seed: int = 0,
+                      device: str | torch.device = "cpu") -> dict[str, list[dict[str, Any]]]:
+    """For every graph family: the exact GNN's smallest exact depth per D (``exact_ds``), the squarings of
+    pointer doubling (``doubling_ds``) and the MPC components protocol's iterations and rounds (``mpc_ds``,
+    memory ``mpc_memory``)."""
+    _need(settings, STRUCTURE_KEYS)
+    out: dict[str, list[dict[str, Any]]] = {"exact": [], "doubling": [], "mpc": []}
+    for fam in graphs.FAMILIES:
+        out["exact"] += gnn.exact_gnn_depth_vs_diameter(fam, list(settings["exact_ds"]), seed=seed, device=device)
+        out["doubling"] += gnn.doubling_rounds_vs_diameter(fam, list(settings["doubling_ds"]), seed=seed,
+                                                           device=device)
+        out["mpc"] += gnn.mpc_connectivity_rounds(fam, list(settings["mpc_ds"]), settings["mpc_memory"], seed=seed)
+    return out
+
+
+def structure_holds(found: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, bool]:
+    """The three claims about :func:`depth_vs_diameter`: the exact GNN needs exactly D layers and is right at
+    D; doubling is right after exactly ⌈log₂ D⌉ squarings; the MPC protocol labels every instance right."""
+    return {"exact_needs_D": all(r["smallest_exact_depth"] == r["D"] and r["acc_at_D"] == 1.0
+                                 for r in found["exact"]),
+            "doubling_log_D": all(r["correct"] and r["squarings"] == math.ceil(math.log2(r["D"]))
+                                  for r in found["doubling"]),
+            "mpc_correct": all(r["correct"] for r in found["mpc"])}
+
+
+def plot_structure(found: Mapping[str, Sequence[Mapping[str, Any]]]):
+    """:func:`hoplib.lower_bounds.gnn.plot_depth_vs_diameter` of :func:`depth_vs_diameter`'s results, with the
+    Theorem 5.1 scale drawn for the width-1 exact GNN; returns the figure."""
+    return gnn.plot_depth_vs_diameter(list(found["exact"]), list(found["doubling"]), list(found["mpc"]), width=1)
+
+
+def learned_sweep(settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "cpu",
+                  progress: bool = False) -> list[dict[str, Any]]:
+    """:func:`hoplib.lower_bounds.gnn.depth_sweep` for every family of ``learn_families``: GNNs of depths
+    D-1, D, D+1 for each D of ``gnn_ds``, transformers of ``tf_depths`` for each D of ``tf_ds`` (reading the
+    marks of s and t in the serialised edge list)."""
+    _need(settings, TRAIN_KEYS)
+    rows: list[dict[str, Any]] = []
+    for fam in settings["learn_families"]:
+        rows += gnn.depth_sweep(
+            fam, list(settings["gnn_ds"]), "around", list(settings["tf_depths"]), tf_diameters=list(settings["tf_ds"]),
+            gnn={"width": settings["gnn_width"], "n_random": 0, "steps": settings["gnn_steps"],
+                 "eval_size": settings["eval_size"]},
+            transformer={"d_model": settings["tf_d_model"], "heads": settings["tf_heads"],
+                         "steps": settings["tf_steps"], "eval_size": settings["eval_size"], "marks": True},
+            seed=seed, device=device, progress=progress)
+    return rows
+
+
+def learned_summary(rows: Sequence[Mapping[str, Any]], threshold: float, eval_size: int) -> dict[str, Any]:
+    """What the chapter reads off :func:`learned_sweep`: ``noise``, five standard deviations of a chance
+    accuracy on ``eval_size`` test instances; ``shallow_at_chance``, every GNN shallower than D within it of
+    1/2 (the locality bound); ``deep_ok`` of ``deep_n`` GNNs with depth >= D reaching ``threshold``;
+    ``all_or_nothing``, every GNN either at chance or at the threshold; and the best transformer accuracy
+    ``tf_best`` with ``tf_at_chance``."""
+    noise = 5 * 0.5 / math.sqrt(check_int("eval_size", eval_size, low=1))
+    deep = [r for r in rows if r["model"] == "gnn" and r["depth"] >= r["D"]]
+    tf = [r["accuracy"] for r in rows if r["model"] == "transformer"]
+    if not deep or not tf:
+        raise ValueError("rows must hold GNNs of depth >= D and transformers (see learned_sweep)")
+    return {"noise": noise,
+            "shallow_at_chance": all(r["accuracy"] < 0.5 + noise for r in rows
+                                     if r["model"] == "gnn" and r["depth"] < r["D"]),
+            "deep_ok": sum(r["accuracy"] >= threshold for r in deep), "deep_n": len(deep),
+            "all_or_nothing": all(r["accuracy"] < 0.5 + noise or r["accuracy"] >= threshold
+                                  for r in rows if r["model"] == "gnn"),
+            "tf_best": max(tf), "tf_at_chance": max(tf) < 0.5 + noise}
+
+
+def learned_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line per trained model: family, D, model, depth, test accuracy."""
+    return "\n".join(f"{r['family']:>5} D = {r['D']}: {r['model']:>11} depth {r['depth']}: accuracy "
+                     f"{r['accuracy']:.3f}" for r in rows)
+
+
+__all__ = ["PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter", "learned_summary", "learned_sweep",
+           "learned_text", "locality_table", "plot_structure", "same_output_when_source_moves", "structure_holds"]

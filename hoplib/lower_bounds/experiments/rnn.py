@@ -1,0 +1,166 @@
+"""The measurements of the chapter on recurrent models (Corollary 5.2 of the paper, Propositions E.3 and E.4):
+the encoding of pointer chasing as hop_k checked on random instances, the bits that four protocols post, the two
+exact constructions checked against ``hop``, the training sweep and what the stored sweep shows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from hoplib._book.validate import check_int
+from hoplib.lower_bounds import communication as comm
+from hoplib.lower_bounds import pointer_chasing as pc
+from hoplib.lower_bounds import rnn
+from hoplib.lower_bounds.experiments import best_error, error_records
+from hoplib.report import ErrorRecord, error_table
+from hoplib.tasks import HopTask, hop
+
+KINDS = ("gru", "lstm", "mamba", "transformer")
+TRAIN_KEYS = ("seq_len", "max_hops", "kinds", "depths", "widths", "steps", "lr", "warmup_steps", "n_samples")
+THRESHOLD = 0.1  # "solved": test error at most this
+PROTOCOLS = ("k_rounds", "one_round", "hop_rnn", "prefix_rnn")
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "quick": {"n_check": 300, "bit_table": [(2, 4), (3, 4), (4, 4)],
+              "seq_len": 24, "max_hops": 3, "kinds": list(KINDS), "depths": [1, 2], "widths": [32],
+              "steps": 60, "lr": 3e-3, "warmup_steps": 10, "n_samples": 50},
+    "cpu": {"n_check": 2000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32)],
+            "seq_len": 32, "max_hops": 4, "kinds": list(KINDS), "depths": [1, 2, 3, 4], "widths": [32],
+            "steps": 1500, "lr": 3e-3, "warmup_steps": 100, "n_samples": 200},
+    "paper": {"n_check": 10_000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32), (8, 64)],
+              "seq_len": 100, "max_hops": 16, "kinds": list(KINDS), "depths": [1, 2, 3, 4, 5, 6],
+              "widths": [64, 128], "steps": 20_000, "lr": 1e-3, "warmup_steps": 1000, "n_samples": 100},
+}
+
+
+def plot_reduction_chain(x: np.ndarray, instance: pc.PointerChasingInstance):
+    """The sequence of Proposition E.4 for ``instance`` with its k-hop chain from the last position and the
+    players' block boundaries (dotted); returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from hoplib.plots import plot_pointer_chain
+
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    plot_pointer_chain(x, i=len(x) - 1, k=instance.k, ax=ax)
+    for edge in np.cumsum(comm.block_sizes(len(x), instance.k))[:-1]:
+        ax.axvline(edge - 0.5, color="0.5", lw=0.8, ls=":")
+    ax.set_title(f"k = {instance.k}: each hop crosses one block boundary (dotted) along one matching edge",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def check_random_encodings(n_check: int, *, seed: int = 0) -> dict[str, int]:
+    """Encode ``n_check`` random instances (k in 1..8, q in 2..16) with :func:`pc.to_hop_sequence`; count those
+    whose hop_k at the last position decodes to a wrong answer, and those where fewer than k hops already land
+    on an answer symbol (both must be 0 for Proposition E.4's encoding)."""
+    n_check = check_int("n_check", n_check, low=1)
+    rng = np.random.default_rng(check_int("seed", seed, low=0))
+    wrong = early = 0
+    for t in range(n_check):
+        k, q = int(rng.integers(1, 9)), int(rng.integers(2, 17))
+        instance = pc.random_instance(k, q, seed=10_000 + t)
+        xs, ans = pc.to_hop_sequence(instance)
+        wrong += pc.decode_answer(instance, hop(xs, k)[-1]) != ans
+        early += any(pc.decode_answer(instance, hop(xs, j)[-1]) is not None for j in range(k))
+    return {"instances": n_check, "wrong": int(wrong), "early": int(early)}
+
+
+def _decoded(instance: pc.PointerChasingInstance, logits: torch.Tensor) -> int | None:
+    symbol = int(logits.argmax())
+    return pc.decode_answer(instance, -1 if symbol == instance.alphabet_size else symbol)
+
+
+def protocol_bit_row(k: int, q: int, *, seed: int = 0) -> dict[str, Any]:
+    """Rounds R and longest message s (bits) of the four protocols of the chapter on one random instance:
+    the k-round and one-round pointer-chasing protocols, the depth-k hop RNN and the depth-1 prefix RNN run
+    as blackboard protocols; ``correct`` says all four answered right."""
+    instance = pc.random_instance(check_int("k", k, low=1), check_int("q", q, low=2), seed=seed)
+    xs, ans = pc.to_hop_sequence(instance)
+    row: dict[str, Any] = {"k": k, "q": q, "N": len(xs), "N/k^6": pc.lower_bound_scale(len(xs), k)}
+    correct = True
+    for strategy in pc.STRATEGIES:
+        out, board = pc.solve_by_protocol(instance, strategy)
+        correct &= out == ans
+        row[f"{strategy} (R, s)"] = (board.rounds, board.max_message_bits)
+    for name, net in (("hop_rnn", rnn.hop_rnn(k, instance.alphabet_size)),
+                      ("prefix_rnn", rnn.prefix_rnn(k, instance.alphabet_size, max_len=len(xs)))):
+        board = comm.Blackboard(k)
+        out, _ = rnn.simulate_rnn_protocol(net, xs, k, blackboard=board)
+        correct &= _decoded(instance, out) == ans
+        row[f"{name} (R, s)"] = (board.rounds, board.max_message_bits)
+    row["correct"] = bool(correct)
+    return row
+
+
+def protocol_bit_rows(bit_table: Sequence[Sequence[int]], *, seed: int = 0) -> list[dict[str, Any]]:
+    """:func:`protocol_bit_row` for every (k, q) of ``bit_table``."""
+    return [protocol_bit_row(int(k), int(q), seed=seed) for k, q in bit_table]
+
+
+def rounds_or_long_messages(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """True when every protocol of every row uses at least k rounds or posts a message of at least q bits:
+    the alternative of Proposition E.3, observed on these protocols (the proposition proves it, up to
+    Ω(q/k⁵), for every protocol)."""
+    return all(row[f"{p} (R, s)"][0] >= row["k"] or row[f"{p} (R, s)"][1] >= row["q"]
+               for row in rows for p in PROTOCOLS)
+
+
+def check_constructions(ks: Sequence[int], *, seed: int = 0, prefix_ks: Sequence[int] = (1, 8, 16),
+                        n: int = 64, length: int = 98) -> list[dict[str, Any]]:
+    """Wrong outputs of ``rnn.hop_rnn(k, 4)`` (every k of ``ks``) and ``rnn.prefix_rnn(k, 4, length)`` (the k
+    also in ``prefix_ks``, else None) against ``hop`` on ``n`` uniform letter strings (with immediate repeats)
+    and ``n`` strings of the experiments (without)."""
+    gen = torch.Generator().manual_seed(check_int("seed", seed, low=0))
+    task = HopTask(seq_len=length + 2, alphabet_size=4, max_hops=16)
+    inputs = {"uniform (repeats)": torch.randint(0, 4, (n, length), generator=gen),
+              "HopTask letters": task.letters(n, gen, torch.device("cpu"))}
+    rows = []
+    for k in ks:
+        for name, xb in inputs.items():
+            want = rnn.hop_classes(xb, k, 4)
+            deep = int((rnn.hop_rnn(k, 4)(xb).argmax(-1) != want).sum())
+            flat = int((rnn.prefix_rnn(k, 4, length)(xb).argmax(-1) != want).sum()) if k in prefix_ks else None
+            rows.append({"k": k, "inputs": name, "hop_rnn wrong": deep, "prefix_rnn wrong": flat})
+    return rows
+
+
+def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "auto",
+          progress: bool = False) -> list[dict[str, Any]]:
+    """:func:`hoplib.lower_bounds.rnn.depth_sweep` with the training settings of a profile (``TRAIN_KEYS``
+    other than the task's ``seq_len`` and ``max_hops``)."""
+    missing = [key for key in TRAIN_KEYS if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    return rnn.depth_sweep(task, kinds=tuple(settings["kinds"]), depths=tuple(settings["depths"]),
+                           widths=tuple(settings["widths"]), steps=settings["steps"], lr=settings["lr"],
+                           warmup_steps=settings["warmup_steps"], n_samples=settings["n_samples"], seed=seed,
+                           device=device, progress=progress)
+
+
+def observations(records: Sequence[ErrorRecord], threshold: float = THRESHOLD) -> dict[str, bool]:
+    """The two observations the chapter states about a sweep: ``deeper_helps`` (for every recurrent kind the
+    deepest model has lower error than the one-layer model at every k >= 2) and ``transformer_multi_hop``
+    (some transformer reaches error <= threshold at some k >= 2)."""
+    recs = error_records(records)
+    kmax = max(r.k for r in recs)
+    deeper = True
+    for kind in (kd for kd in KINDS if kd != "transformer"):
+        table = error_table(recs, family=kind, width=max(r.width for r in recs if r.family == kind))
+        top, low = table[max(table)], table[min(table)]
+        deeper &= all(top[k] < low[k] for k in range(2, kmax + 1))
+    multi = any(r.error <= threshold for r in recs if r.family == "transformer" and r.k >= 2)
+    return {"deeper_helps": bool(deeper), "transformer_multi_hop": bool(multi)}
+
+
+def best_errors(records: Sequence[ErrorRecord], k: int) -> dict[str, float]:
+    """The lowest error at ``k`` over depths and widths, per architecture."""
+    return {kind: best_error(records, kind, k) for kind in KINDS if any(r.family == kind for r in records)}
+
+
+__all__ = ["KINDS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors", "check_constructions",
+           "check_random_encodings", "observations", "plot_reduction_chain", "protocol_bit_row",
+           "protocol_bit_rows", "rounds_or_long_messages", "sweep"]

@@ -1,0 +1,81 @@
+"""Depth sweeps of the lower-bound chapters: one model per grid point, trained on multi-task hop_k with
+:func:`hoplib.train.fit` and measured with :func:`hoplib.evaluate.per_k_error`.
+
+Section 5 of the paper says that recurrent models (Corollary 5.2) and transformers with kernel or Longformer
+attention (Corollaries 5.3 and 5.4) need depth L >= k unless they are very wide, where softmax transformers need
+only depth O(log k) (Theorem 4.2). The chapters test this by training models of each family and depth at equal
+width: :func:`hoplib.lower_bounds.rnn.depth_sweep` (GRU, LSTM, Mamba-style, transformer) and
+:func:`hoplib.lower_bounds.efficient.attention_sweep` (softmax, Performer, Longformer) are this module's
+:func:`run_sweep` with their own model builders. Records are tidy dicts, one per model and k, as stored in the
+results files; :func:`hoplib.lower_bounds.experiments.error_records` turns them into
+:class:`hoplib.report.ErrorRecord` for the one depth report (:mod:`hoplib.report`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from hoplib._book.validate import check_int
+from hoplib.models import count_parameters
+from hoplib.tasks import HopTask
+from hoplib.train import TrainConfig, fit
+
+Builder = Callable[[dict[str, Any]], tuple[nn.Module, dict[str, Any]]]
+"""Makes the model of one grid point: ``point -> (model, extra record fields)``."""
+
+
+def train_and_measure(model: nn.Module, task: HopTask, config: TrainConfig, *, n_samples: int,
+                      device: str | torch.device = "auto") -> dict[str, Any]:
+    """Train ``model`` with :func:`hoplib.train.fit` (no progress bar), then measure its test error per k.
+
+    Returns ``{"errors": {k: error}, "final_loss", "train_time_s", "params"}``: the paper's metric on
+    ``n_samples`` samples per k (test seed ``config.seed``), the mean loss of the last 10 steps and the wall time
+    of training.
+    """
+    from hoplib.evaluate import per_k_error
+
+    t0 = time.perf_counter()
+    hist = fit(model, task, config, device=device, progress=False)
+    wall = time.perf_counter() - t0
+    errors = per_k_error(model, task, n_samples=n_samples, seed=config.seed, device=device)
+    tail = hist["loss"][-10:]
+    return {"errors": {int(k): float(e) for k, e in errors.items()}, "final_loss": float(sum(tail) / len(tail)),
+            "train_time_s": round(wall, 2), "params": count_parameters(model)}
+
+
+def run_sweep(task: HopTask, grid: Sequence[dict[str, Any]], build: Builder, config: TrainConfig, *,
+              n_samples: int = 100, device: str | torch.device = "auto", progress: bool = True,
+              on_model: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Train one model per grid point and return tidy records, one per (point, k).
+
+    Before building the model of point i, torch is seeded with ``config.seed + i`` (its initialisation);
+    training seeds its data and dropout with ``config.seed``. Each record is the point, the builder's extra
+    fields, then ``params``, ``k``, ``error``, ``final_loss`` and ``train_time_s``. ``on_model``, if given, is
+    called with the records so far after each model (e.g. to save partial results of a long sweep).
+    """
+    if not isinstance(task, HopTask):
+        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a hoplib.train.TrainConfig, got {type(config).__name__}")
+    n_samples = check_int("n_samples", n_samples, low=1)
+    if progress:
+        from tqdm.auto import tqdm
+        points = tqdm(grid, desc="models")
+    else:
+        points = grid
+    records: list[dict[str, Any]] = []
+    for i, point in enumerate(points):
+        torch.manual_seed(config.seed + i)
+        model, extra = build(point)
+        out = train_and_measure(model, task, config, n_samples=n_samples, device=device)
+        for k, err in out["errors"].items():
+            records.append({**point, **extra, "params": out["params"], "k": k, "error": err,
+                            "final_loss": out["final_loss"], "train_time_s": out["train_time_s"]})
+        if on_model is not None:
+            on_model(records)
+    return records

@@ -1,0 +1,97 @@
+"""Re-evaluate the authors' released checkpoints with hoplib (Section 4.2 and Appendix G.4 of the paper).
+
+For every released model present in the cache (``~/.cache/hoplib/released`` or ``--cache-dir``), after copying
+them there from a local clone of the authors' repository (``--from-git-dir``) or from GitHub (``--download``,
+needs network), write ``<out>/<name>.json`` with hoplib's per-k errors (both metrics, dropout off), the
+errors with dropout on (as the authors evaluated), the head alignment scores, and provenance (the checkpoint's
+repository, commit, path and SHA-256, and hoplib's commit). Existing results files are skipped unless
+``--force``. The weights themselves never enter the book's repository.
+
+    python scripts/evaluate_released.py --out results/released --from-git-dir /path/to/hop-induction-heads
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from hoplib import models, released
+from hoplib._book.provenance import save_results
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("results/released"), help="folder for the JSON results")
+    p.add_argument("--cache-dir", type=Path, default=None, help="checkpoint cache (default ~/.cache/hoplib/released)")
+    p.add_argument("--from-git-dir", type=Path, default=None, help="copy checkpoints from this clone first")
+    p.add_argument("--download", action="store_true", help="fetch missing checkpoints from GitHub first")
+    p.add_argument("--names", nargs="*", default=None, help="released models to evaluate (default: all cached)")
+    p.add_argument("--n-samples", type=int, default=500, help="test samples per k, dropout off")
+    p.add_argument("--n-dropout", type=int, default=200, help="test samples per k, dropout on")
+    p.add_argument("--n-align", type=int, default=10, help="samples per k for the alignment scores")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--force", action="store_true", help="overwrite existing results files")
+    return p.parse_args(argv)
+
+
+def fetch(args: argparse.Namespace, wanted: list[str]) -> None:
+    """Copy or download the wanted checkpoints into the cache; report the ones that cannot be had."""
+    for name in wanted:
+        if name in released.available(args.cache_dir):
+            continue
+        try:
+            if args.from_git_dir is not None:
+                released.extract_from_git(args.from_git_dir, name, args.cache_dir)
+            elif args.download:
+                released.download(name, args.cache_dir)
+        except (ValueError, ConnectionError) as exc:
+            print(f"skip {name}: {exc}", file=sys.stderr)
+
+
+def evaluate_one(args: argparse.Namespace, name: str) -> Path:
+    model_info = released.info(name)
+    path = released.cached_path(name, args.cache_dir)
+    sha256 = released.verify(path, name)
+    start = time.perf_counter()
+    model = released.load(name, args.cache_dir, device="cpu")
+    data = released.evaluate_model(model, n_samples=args.n_samples, n_dropout=args.n_dropout, seed=args.seed,
+                                   n_align=args.n_align, align_seed=args.seed, device="cpu")
+    data["model"] = {"name": name, "depth": model_info.depth, "d_model": model_info.d_model,
+                     "heads": model_info.heads, "n_train": model_info.n_train,
+                     "parameters": models.count_parameters(model)}
+    params = {"task": released.TASK_SETTINGS, "n_samples": args.n_samples, "n_dropout": args.n_dropout,
+              "n_align": args.n_align, "seed": args.seed, "dropout_seed": 0, "align_seed": args.seed,
+              "dropout": released.DROPOUT, "threads": torch.get_num_threads()}
+    return save_results(args.out / f"{name}.json", data, params, "cpu", time.perf_counter() - start,
+                        checkpoint_repository=f"https://github.com/{released.REPOSITORY}",
+                        checkpoint_commit=released.COMMIT, checkpoint_file=model_info.path,
+                        checkpoint_sha256=sha256, checkpoint_url=model_info.url)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    wanted = released.names() if not args.names else [released.info(n).name for n in args.names]
+    fetch(args, wanted)
+    todo = [n for n in wanted if n in released.available(args.cache_dir)]
+    if not todo:
+        print("no released checkpoints in the cache; use --from-git-dir or --download", file=sys.stderr)
+        return 1
+    for name in todo:
+        if (args.out / f"{name}.json").exists() and not args.force:
+            print(f"{name}: results exist, skipped (--force to redo)")
+            continue
+        t = time.perf_counter()
+        out = evaluate_one(args, name)
+        print(f"{name}: {out} ({time.perf_counter() - t:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""The library's and the chapters' shape: the rules of CONTRIBUTING.md that a reader relies on, checked."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HOPLIB = ROOT / "hoplib"
+PARTS = ("construction", "training", "mpc", "lower_bounds", "exercises")
+CORE = sorted(p for p in HOPLIB.glob("*.py"))
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", flags=re.S | re.M)
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+@pytest.mark.parametrize("path", CORE + sorted((HOPLIB / "_book").glob("*.py")), ids=lambda p: p.name)
+def test_the_core_and_the_plumbing_import_no_part_of_the_book(path):
+    parts = {f"hoplib.{p}" for p in PARTS}
+    bad = sorted(n for n in _imports(path) if any(n == p or n.startswith(p + ".") for p in parts))
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_every_sub_package_says_which_chapter_and_results_it_holds():
+    for pkg in PARTS + ("_book",):
+        doc = ast.get_docstring(ast.parse((HOPLIB / pkg / "__init__.py").read_text()))
+        assert doc and len(doc) > 80, f"hoplib/{pkg}/__init__.py needs a docstring naming its chapter"
+
+
+def test_no_hand_written_kernels_and_no_fused_option():
+    assert not list(HOPLIB.rglob("*.c")) and not list(HOPLIB.rglob("*.so"))
+    offenders = [p.name for p in HOPLIB.rglob("*.py") if re.search(r"\bfused\s*=", p.read_text())
+                 and "torch.optim" not in p.read_text() and "AdamW" not in p.read_text()]
+    assert not offenders, f"a `fused` option is back in {offenders}"
+
+
+def test_no_function_in_hoplib_is_over_80_lines():
+    long = []
+    for path in HOPLIB.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 80:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, long
+
+
+def test_one_optimiser_loop():
+    users = sorted(str(p.relative_to(ROOT)) for p in HOPLIB.rglob("*.py")
+                   if re.search(r"torch\.optim\.(AdamW|Adam|SGD)\(", p.read_text()))
+    assert users == ["hoplib/train.py"], users
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_code_cells_are_short_with_short_lines(md):
+    text = md.read_text()
+    for m in CELL.finditer(text):
+        lines = [ln for ln in m.group(1).split("\n")[:-1] if not ln.startswith(":")]
+        where = f"{md.name}:{text[:m.start()].count(chr(10)) + 1}"
+        assert len(lines) <= 25, f"{where}: a code cell of {len(lines)} lines (at most 25)"
+        wide = [ln for ln in lines if len(ln) > 100]
+        assert not wide, f"{where}: code lines over 100 characters: {wide[:2]}"
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_chapters_find_results_without_file_tricks(md):
+    text = md.read_text()
+    assert "__file__" not in text and '"../results' not in text and "'../results" not in text

@@ -1,0 +1,296 @@
+"""Tests of hoplib.lower_bounds.experiments: the profiles, measurements, tables and figures of the four lower-bound
+chapters (Corollaries 5.2-5.6, Theorem 5.1, Corollaries 3.3 and 3.5 of the paper) and the stored runs they show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+from hoplib._book.results import load_stored
+from hoplib.lower_bounds import experiments as lbx
+from hoplib.lower_bounds.experiments import chain_of_thought as cot_ex
+from hoplib.lower_bounds.experiments import closing
+from hoplib.lower_bounds.experiments import efficient_attention as eff_ex
+from hoplib.lower_bounds.experiments import gnn as gnn_ex
+from hoplib.lower_bounds.experiments import rnn as rnn_ex
+from hoplib.report import ErrorRecord
+
+matplotlib.use("Agg")
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+MODULES = [rnn_ex, eff_ex, cot_ex, gnn_ex]
+STORED = [  # (file, module, keys checked, key of the part in runs of the former combined chapter)
+    ("rnn/cpu/training.json", rnn_ex, rnn_ex.TRAIN_KEYS, None),
+    ("efficient_attention/cpu/training.json", eff_ex, eff_ex.TRAIN_KEYS, "eff"),
+    ("chain_of_thought/cpu/errors.json", cot_ex, cot_ex.TRAIN_KEYS, "cot"),
+    ("gnn/cpu/learned.json", gnn_ex, gnn_ex.TRAIN_KEYS, "gnn"),
+    ("gnn/cpu/depth_vs_diameter.json", gnn_ex, gnn_ex.STRUCTURE_KEYS, "gnn"),
+]
+
+
+def _records(table: dict[tuple[str, int], list[float]]) -> list[ErrorRecord]:
+    return [ErrorRecord(fam, depth, k, e, 32) for (fam, depth), errs in table.items() for k, e in enumerate(errs)]
+
+
+# --------------------------------------------------------------------------- profiles and stored runs
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_profile_of_a_chapter_has_the_same_settings(module):
+    profiles = module.PROFILES
+    assert set(profiles) == {"quick", "cpu", "paper"}
+    keys = {name: set(settings) for name, settings in profiles.items()}
+    assert keys["quick"] == keys["cpu"] == keys["paper"]
+    assert set(module.TRAIN_KEYS) <= keys["quick"]
+
+
+@pytest.mark.parametrize("name, module, keys, part", STORED, ids=[s[0] for s in STORED])
+def test_stored_cpu_runs_were_made_with_the_cpu_profile(name, module, keys, part):
+    stored = load_stored(name, root=RESULTS)
+    lbx.check_stored_settings(stored.record["parameters"], module.PROFILES["cpu"], keys, part=part)
+    assert stored.record["parameters"]["profile"] == "cpu"
+
+
+def test_check_stored_settings_names_every_differing_setting():
+    profile = {"steps": 10, "depths": [1, 2], "lr": 0.1}
+    stored = {"eff": {"steps": 10, "depths": (1, 2), "lr": 0.2}}  # tuples and lists compare equal
+    assert lbx.settings_mismatch(stored, profile, ["steps", "depths"], part="eff") == {}
+    with pytest.raises(ValueError, match=r"lr: stored 0\.2, profile 0\.1"):
+        lbx.check_stored_settings(stored, profile, ["steps", "lr"], part="eff")
+    with pytest.raises(ValueError, match="not a setting"):
+        lbx.check_stored_settings(stored, profile, ["width"], part="eff")
+
+
+def test_part_settings_reads_nested_and_flat_parameters():
+    assert lbx.part_settings({"eff": {"a": 1}, "profile": "cpu"}, "eff") == {"a": 1}
+    assert lbx.part_settings({"a": 1, "profile": "cpu"}, "eff") == {"a": 1, "profile": "cpu"}
+    with pytest.raises(TypeError, match="parameters"):
+        lbx.part_settings([1, 2], "eff")
+
+
+# --------------------------------------------------------------------------- shared tables
+
+
+def test_error_records_converts_sweep_rows_and_rejects_incomplete_ones():
+    rows = [{"kind": "gru", "depth": 2, "d_model": 32, "k": 3, "error": 0.25, "params": 1}]
+    (rec,) = lbx.error_records(rows, run="x")
+    assert rec == ErrorRecord("gru", 2, 3, 0.25, 32, "paper", "x")
+    assert lbx.error_records([rec]) == [rec]
+    with pytest.raises(ValueError, match="error"):
+        lbx.error_records([{"kind": "gru", "depth": 2, "k": 3}])
+    with pytest.raises(TypeError, match="dicts"):
+        lbx.error_records([3])
+
+
+def test_depth_needed_and_solved_up_to_read_the_error_table():
+    recs = _records({("gru", 1): [0.0, 0.05, 0.5, 0.7], ("gru", 2): [0.0, 0.0, 0.08, 0.6],
+                     ("lstm", 1): [0.0, 0.3, 0.6, 0.7]})
+    assert lbx.depth_needed(recs, "gru", 0.1) == {0: 1, 1: 1, 2: 2, 3: None}
+    assert lbx.solved_up_to(recs, "gru", 2, 0.1) == 2 and lbx.solved_up_to(recs, "lstm", 1, 0.1) == 0
+    assert lbx.best_error(recs, "gru", 2) == 0.08
+    assert lbx.families(recs, ["lstm"]) == ["lstm", "gru"]
+    assert ">2" in lbx.depth_text(recs, 0.1) and "0.080" in lbx.error_text(recs)
+    with pytest.raises(ValueError, match="mamba"):
+        lbx.depth_needed(recs, "mamba", 0.1)
+    with pytest.raises(ValueError, match="depth=3"):
+        lbx.solved_up_to(recs, "gru", 3, 0.1)
+
+
+def test_text_table_aligns_columns_and_formats_values():
+    text = lbx.text_table([{"a": 1, "b": 0.123456, "c": None}, {"a": 100, "b": (2, 3), "c": "x"}])
+    lines = text.splitlines()
+    assert len(lines) == 3 and len({len(line) for line in lines}) == 1
+    assert "0.123" in lines[1] and "-" in lines[1] and "(2, 3)" in lines[2]
+    with pytest.raises(ValueError, match="non-empty"):
+        lbx.text_table([])
+
+
+def test_plot_families_draws_one_panel_per_family_and_one_curve_per_depth():
+    recs = _records({("gru", 1): [0.0, 0.5], ("gru", 2): [0.0, 0.1], ("transformer", 1): [0.0, 0.4]})
+    fig = lbx.plot_families(recs, ["transformer", "gru"], chance=0.75, title="t")
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["transformer", "gru"]
+    assert sum(1 for line in axes[1].get_lines() if line.get_label().startswith("L =")) == 2
+    with pytest.raises(ValueError, match="non-empty"):
+        lbx.plot_families([])
+
+
+# --------------------------------------------------------------------------- the RNN chapter
+
+
+def test_random_encodings_of_pointer_chasing_all_decode_right():
+    assert rnn_ex.check_random_encodings(40, seed=3) == {"instances": 40, "wrong": 0, "early": 0}
+
+
+def test_every_protocol_uses_k_rounds_or_posts_q_bits():
+    rows = rnn_ex.protocol_bit_rows([(2, 4), (3, 5)], seed=1)
+    assert all(r["correct"] for r in rows) and rnn_ex.rounds_or_long_messages(rows)
+    assert rows[0]["one_round (R, s)"][0] == 1 and rows[0]["k_rounds (R, s)"][0] == 2
+    fake = dict(rows[0], **{"prefix_rnn (R, s)": (1, 3)})  # one round and 3 < q bits: impossible
+    assert not rnn_ex.rounds_or_long_messages([fake])
+
+
+def test_hand_built_rnns_compute_hop_exactly():
+    rows = rnn_ex.check_constructions([1, 3], prefix_ks=(1,), n=8, length=30)
+    assert [r["hop_rnn wrong"] for r in rows] == [0] * 4
+    assert [r["prefix_rnn wrong"] for r in rows] == [0, 0, None, None]
+
+
+def test_rnn_observations_compare_the_deepest_and_the_shallowest_model():
+    table = {(kind, d): errs for kind in ("gru", "lstm", "mamba")
+             for d, errs in ((1, [0, 0.0, 0.5, 0.6]), (2, [0, 0.0, 0.2, 0.4]))}
+    table.update({("transformer", 1): [0, 0.0, 0.5, 0.6], ("transformer", 2): [0, 0.0, 0.3, 0.5]})
+    assert rnn_ex.observations(_records(table)) == {"deeper_helps": True, "transformer_multi_hop": False}
+    table[("lstm", 2)] = [0, 0.0, 0.6, 0.4]  # deeper LSTM worse at k = 2
+    table[("transformer", 2)] = [0, 0.0, 0.05, 0.5]
+    assert rnn_ex.observations(_records(table)) == {"deeper_helps": False, "transformer_multi_hop": True}
+
+
+def test_rnn_sweep_rejects_settings_without_its_keys():
+    with pytest.raises(ValueError, match="steps"):
+        rnn_ex.sweep(None, {k: 1 for k in rnn_ex.TRAIN_KEYS if k != "steps"})
+
+
+# --------------------------------------------------------------------------- the efficient-attention chapter
+
+
+def test_favor_summary_reports_a_falling_error_and_its_slope():
+    recs = [{"n_features": m, "draw": d, "weight_error": m ** -0.5 * (1 + 0.01 * d), "output_error": 0.0}
+            for m in (4, 16, 64) for d in range(2)]
+    s = eff_ex.favor_summary(recs)
+    assert s["decreasing"] and s["slope"] == pytest.approx(-0.5, abs=1e-6)
+    assert s["ratio"] == pytest.approx(4.0) and (s["m_lo"], s["m_hi"]) == (4, 64)
+    assert not eff_ex.favor_summary(recs + [{"n_features": 256, "weight_error": 1.0}])["decreasing"]
+    with pytest.raises(ValueError, match="two"):
+        eff_ex.favor_summary(recs[:2])
+
+
+def test_both_reductions_post_the_formula_bits_and_reproduce_the_model():
+    settings = dict(eff_ex.PROFILES["quick"], bit_table=[(2, 3)])
+    rows = eff_ex.reduction_rows(settings, seed=0)
+    assert [r["kind"] for r in rows] == ["performer", "longformer"]
+    assert eff_ex.reductions_exact(rows)
+    assert not eff_ex.reductions_exact([dict(rows[0], bits=rows[0]["bits"] + 1)])
+    with pytest.raises(ValueError, match="red_window"):
+        eff_ex.reduction_rows({k: v for k, v in settings.items() if k != "red_window"})
+
+
+def test_attention_summary_reads_solved_range_and_best_errors():
+    recs = _records({("softmax", 2): [0, 0.0, 0.05, 0.4], ("softmax", 3): [0, 0.0, 0.2, 0.3],
+                     ("performer", 2): [0, 0.2, 0.3, 0.5], ("longformer", 2): [0, 0.05, 0.5, 0.6]})
+    s = eff_ex.summary(recs, 0.1)
+    assert s["solved"] == {"softmax": 2, "performer": 0, "longformer": 1} and s["kmax"] == 3
+    assert s["best"]["softmax"] == {1: 0.0, 2: 0.05, 3: 0.3}
+    rows = eff_ex.summary_rows(s)
+    assert [r["attention"] for r in rows] == ["softmax", "performer", "longformer"]
+    assert rows[1]["solved up to k"] == 0 and rows[2]["best error k=2"] == "0.500"
+    with pytest.raises(ValueError, match="attention types"):
+        eff_ex.summary(_records({("gru", 1): [0.0, 0.1]}), 0.1)
+
+
+# --------------------------------------------------------------------------- the chain-of-thought chapter
+
+
+def test_one_layer_gpt_decodes_the_same_tokens_as_its_protocol():
+    settings = dict(cot_ex.PROFILES["quick"], seq_len=10, max_hops=2, d_model=16, heads=2)
+    check = cot_ex.protocol_check(settings, seed=0)
+    assert check["tokens_equal"] and check["bits"] == check["formula"] and check["rounds"] == 4
+
+
+def test_chain_lengths_show_half_chain_equals_full_chain_at_k_1():
+    rows = {r["chain"]: r for r in cot_ex.chain_lengths([1, 2, 3])}
+    assert [rows[c]["k=1"] for c in ("none", "half", "full")] == [0, 1, 1]
+    assert rows["full"]["k=3"] == 5 and rows["full"]["max lookups/token"] == 1
+    assert rows["half"]["max lookups/token"] == 3
+
+
+def test_hand_built_one_layer_transformer_follows_the_chain_when_cold():
+    settings = dict(cot_ex.PROFILES["quick"], build_seq_len=16, build_max_hops=3, build_samples=40,
+                    coldness=[0.5, 30.0])
+    assert cot_ex.construction_errors(settings, seed=0) == {"worst_error": 0.0, "min_chain_exact": 1.0}
+    cold = cot_ex.coldness_sweep(settings, seed=0)
+    assert cold[30.0] == 0.0 and cold[0.5] > 0.1
+
+
+def test_errors_by_chain_needs_every_chain_format():
+    rows = [{"chain": c, "k": k, "error": 0.1 * k} for c in ("none", "half", "full") for k in (1, 2)]
+    assert cot_ex.errors_by_chain(rows)["half"] == {1: 0.1, 2: 0.2}
+    with pytest.raises(ValueError, match="half"):
+        cot_ex.errors_by_chain([r for r in rows if r["chain"] != "half"])
+
+
+# --------------------------------------------------------------------------- the GNN chapter
+
+
+def test_gnn_output_at_t_depends_only_on_its_ball():
+    rows = gnn_ex.locality_table("path", 4, [1, 2], seed=0)
+    assert len(rows) == 6
+    assert all(r["change (outside L-ball)"] == 0.0 and r["change (outside (L-1)-ball)"] > 0.0 for r in rows)
+
+
+def test_moving_the_source_is_invisible_below_the_diameter():
+    assert gnn_ex.same_output_when_source_moves("path", 3, 4, seed=0) == [True] * 3 + [False] * 2
+
+
+def test_exact_gnn_needs_d_layers_and_doubling_log_d_squarings():
+    settings = {"exact_ds": [2, 5], "doubling_ds": [2, 8], "mpc_ds": [2, 4], "mpc_memory": 128}
+    found = gnn_ex.depth_vs_diameter(settings, seed=0)
+    assert gnn_ex.structure_holds(found) == {"exact_needs_D": True, "doubling_log_D": True, "mpc_correct": True}
+    assert len(found["exact"]) == 2 * 3
+    broken = dict(found, doubling=[dict(found["doubling"][0], squarings=5)])
+    assert not gnn_ex.structure_holds(broken)["doubling_log_D"]
+
+
+def test_learned_summary_applies_the_locality_bound_with_sampling_noise():
+    rows = [{"model": "gnn", "D": 3, "depth": 2, "accuracy": 0.55}, {"model": "gnn", "D": 3, "depth": 3,
+            "accuracy": 1.0}, {"model": "transformer", "D": 3, "depth": 1, "accuracy": 0.52}]
+    s = gnn_ex.learned_summary(rows, 0.9, 400)
+    assert s["noise"] == pytest.approx(0.125) and s["shallow_at_chance"] and s["tf_at_chance"]
+    assert (s["deep_ok"], s["deep_n"], s["tf_best"]) == (1, 1, 0.52)
+    assert s["all_or_nothing"]
+    strict = gnn_ex.learned_summary(rows, 0.9, 10_000)  # noise 0.025: 0.55 is neither chance nor solved
+    assert not strict["shallow_at_chance"] and not strict["all_or_nothing"]
+    with pytest.raises(ValueError, match="transformers"):
+        gnn_ex.learned_summary(rows[:2], 0.9, 400)
+
+
+# --------------------------------------------------------------------------- the closing table
+
+
+def test_closing_table_has_one_row_per_architecture_from_the_stored_runs(monkeypatch):
+    monkeypatch.setenv("HOPLIB_RESULTS", str(RESULTS))
+    rows, sources = closing.stored_closing_rows()
+    assert [r["architecture"] for r in rows] == [t[0] for t in closing.THEORY.values()]
+    assert all(set(r) == set(closing.COLUMNS) and r[closing.COLUMNS[-1]] for r in rows)
+    assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 5
+    assert "GRU" in rows[3][closing.COLUMNS[-1]]
+    html = closing.to_html([dict(rows[0], architecture="a<b")])
+    assert html.startswith("<table>") and "a&lt;b" in html
+
+
+def test_closing_rows_report_an_attention_type_that_solves_nothing():
+    recs = _records({("softmax", 2): [0, 0.5], ("performer", 2): [0, 0.05], ("longformer", 2): [0, 0.5]})
+    settings = {"seq_len": 8, "d_model": 16, "n_features": 4, "window": 2, "global_every": 4, "depths": [2]}
+    rnn_recs = _records({("gru", 1): [0, 0.05, 0.5]})
+    cot_rows = [{"chain": c, "k": 1, "error": e} for c, e in (("full", 0.0), ("none", 0.4))]
+    structure = {"exact": [{"D": 2}], "doubling": [{"D": 4}], "mpc": [{"D": 4, "iterations": 3}]}
+    learned = [{"family": "path", "D": 2, "model": m, "depth": 2, "accuracy": a}
+               for m, a in (("gnn", 1.0), ("transformer", 0.5))]
+    rows = closing.closing_rows(eff_records=recs, eff_settings=settings, rnn_records=rnn_recs, cot_rows=cot_rows,
+                                structure=structure, learned=learned)
+    measured = [r[closing.COLUMNS[-1]] for r in rows]
+    assert measured[0].startswith("error > 0.1 already at k=1") and "up to k=1" in measured[1]
+    assert "k=2: >1" in measured[3] and "path D=2: L=2" in measured[5] and "path D=2: none" in measured[6]
+
+
+def test_closing_table_needs_rows():
+    with pytest.raises(ValueError, match="non-empty"):
+        closing.to_html([])
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,196 @@
+"""Tests of hoplib.report: error records, chance level, depth thresholds and the depth-against-k figures."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import matplotlib
+import pytest
+import torch
+
+from hoplib import report
+from hoplib._book.results import results_dir
+from hoplib.evaluate import errors_from_predictions
+from hoplib.report import (
+    ErrorRecord,
+    authors_records,
+    chance_error,
+    error_table,
+    records_from_errors,
+    records_from_table,
+    smallest_depth,
+)
+from hoplib.tasks import HopTask
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _synthetic(seeds=(0, 1)):
+    """Depth d solves k <= d - 2 exactly; elsewhere error 0.5 + 0.1 * seed."""
+    return [{"depth": d, "d_model": 8, "n_train": None, "k": k, "metric": "paper", "seed": s, "run": f"L{d}s{s}",
+             "error": 0.0 if k <= d - 2 else 0.5 + 0.1 * s} for d in (2, 3, 4) for k in range(4) for s in seeds]
+
+
+@pytest.fixture(scope="module")
+def published():
+    return json.loads((results_dir() / "training" / "authors-errors.json").read_text(encoding="utf-8"))
+
+
+def test_error_record_rejects_invalid_fields():
+    ErrorRecord("GRU", 1, 0, 0.0)
+    with pytest.raises(TypeError, match="family"):
+        ErrorRecord("", 2, 1, 0.1)
+    with pytest.raises(ValueError, match="depth"):
+        ErrorRecord("transformer", -1, 1, 0.1)
+    with pytest.raises(TypeError, match="k"):
+        ErrorRecord("transformer", 2, 1.5, 0.1)
+    for bad in (1.2, -0.1, math.nan):
+        with pytest.raises(ValueError, match="error"):
+            ErrorRecord("transformer", 2, 1, bad)
+    with pytest.raises(TypeError, match="error"):
+        ErrorRecord("transformer", 2, 1, True)
+    with pytest.raises(ValueError, match="metric"):
+        ErrorRecord("transformer", 2, 1, 0.1, metric="mean")
+    with pytest.raises(ValueError, match="width"):
+        ErrorRecord("transformer", 2, 1, 0.1, width=0)
+
+
+def test_records_from_errors_accepts_string_keys_and_sorts_by_k():
+    recs = records_from_errors({"10": 0.5, "2": 0.25, "0": 0.0}, family="LSTM", depth=3, width=64, run="x")
+    assert [r.k for r in recs] == [0, 2, 10] and all(r.family == "LSTM" and r.width == 64 for r in recs)
+    assert recs[1].error == 0.25 and recs[1].metric == "paper" and recs[1].run == "x"
+    with pytest.raises(ValueError, match="keys"):
+        records_from_errors({"k=1": 0.1}, family="GRU", depth=1)
+    with pytest.raises(TypeError, match="per_k"):
+        records_from_errors([0.1], family="GRU", depth=1)
+
+
+def test_error_table_averages_seeds_and_refuses_to_mix_models():
+    recs = records_from_table(_synthetic())
+    table = error_table(recs)
+    assert table[3][1] == 0.0 and table[2][1] == pytest.approx(0.55)
+    assert sorted(table) == [2, 3, 4] and list(table[2]) == [0, 1, 2, 3]
+    assert error_table(recs, width=16) == {} and error_table(recs, metric="pooled") == {}
+    wider = [ErrorRecord("transformer", 2, 1, 0.0, width=16)]
+    with pytest.raises(ValueError, match="width"):
+        error_table(recs + wider)
+    assert error_table(recs + wider, width=16) == {2: {1: 0.0}}
+    with pytest.raises(ValueError, match="family"):
+        error_table(recs + [ErrorRecord("GRU", 2, 1, 0.0, width=8)])
+    with pytest.raises(TypeError, match="ErrorRecord"):
+        error_table([{"depth": 2, "k": 1, "error": 0.0}])
+
+
+def test_records_from_table_keeps_one_training_set_size():
+    rows = _synthetic(seeds=(0,)) + [{**r, "n_train": 250, "error": 0.9} for r in _synthetic(seeds=(0,))]
+    fresh = records_from_table(rows, n_train=None)
+    assert len(fresh) == 12 and max(r.error for r in fresh) == pytest.approx(0.5)
+    assert {r.error for r in records_from_table(rows, n_train=250)} == {0.9}
+    assert len(records_from_table(rows)) == 24
+
+
+def test_smallest_depth_is_the_first_depth_under_the_threshold():
+    recs = records_from_table(_synthetic())
+    assert smallest_depth(recs, threshold=0.05) == {0: 2, 1: 3, 2: 4, 3: None}
+    assert smallest_depth(recs, threshold=0.6) == {0: 2, 1: 2, 2: 2, 3: 2}  # seed mean 0.55
+    gap = [r for r in recs if not (r.depth == 3 and r.k == 1)]  # depth 3 never evaluated at k = 1
+    assert smallest_depth(gap, threshold=0.05)[1] == 4
+    with pytest.raises(ValueError, match="threshold"):
+        smallest_depth(recs, threshold=1.5)
+
+
+def test_authors_records_read_the_published_table(published):
+    recs = authors_records(published, heads=4)
+    table = error_table(recs, metric="pooled")
+    assert sorted(table) == [2, 3, 4, 5, 6] and all(sorted(v) == list(range(17)) for v in table.values())
+    assert table[2][1] == pytest.approx(0.010, abs=5e-4) and table[6][16] == pytest.approx(0.062, abs=5e-4)
+    assert {r.width for r in recs} == {128} and {r.metric for r in recs} == {"pooled"}
+    few = error_table(authors_records(published["errors"], heads=4, n_train=1000), metric="pooled")
+    assert few[2][1] == pytest.approx(0.18, abs=0.005)
+    assert {r.width for r in authors_records(published, heads=8)} == {256}
+    with pytest.raises(ValueError, match="heads"):
+        authors_records(published, heads=2)
+    with pytest.raises(ValueError, match="n_train"):
+        authors_records(published, heads=8, n_train=1000)  # the wide models saw fresh samples only
+
+
+def test_published_depth_thresholds_at_five_percent(published):
+    star = smallest_depth(authors_records(published), threshold=0.05, metric="pooled")
+    assert star[1] == 2 and star[2] == 3 and star[3] == 3 and star[4] == 4 and star[8] == 5 and star[12] == 6
+    assert star[16] is None  # even depth 6 has error 0.062 at k = 16
+
+
+@pytest.mark.parametrize("alphabet", [2, 3, 4, 6])
+def test_chance_error_is_the_error_of_every_constant_guess(alphabet):
+    task = HopTask(seq_len=40, alphabet_size=alphabet, max_hops=4)
+    chance = chance_error(task)
+    x, y = task.sample(4000, seed=1)
+    first = task.vocab.first_letter
+    for metric in ("paper", "pooled"):
+        assert chance_error(task, metric) == chance
+        errs = [errors_from_predictions(torch.full_like(y, first + a), y, task, metric) for a in range(alphabet)]
+        assert max(abs(e - chance) for e in errs) < 0.02, (metric, errs, chance)
+    assert chance_error(HopTask(alphabet_size=4)) == pytest.approx(0.75)
+
+
+def test_chance_error_validates_its_inputs():
+    with pytest.raises(TypeError, match="HopTask"):
+        chance_error(4)
+    with pytest.raises(ValueError, match="metric"):
+        chance_error(HopTask(), "mean")
+
+
+def _tick_labels(ax):
+    return [t.get_text() for t in ax.get_xticklabels()]
+
+
+def test_error_vs_k_plot_has_integer_ticks_one_curve_per_depth_and_chance(published):
+    ax = report.plot_error_vs_k(authors_records(published), plt.figure().gca(), chance=0.75, logx=True, min_k=1)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["L = 2", "L = 3", "L = 4", "L = 5", "L = 6", "chance"]
+    assert _tick_labels(ax) == ["1", "2", "4", "8", "16"] and ax.get_xscale() == "log"  # powers of two on log k
+    assert sorted(ax.xaxis.get_minorticklocs()) == [3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15]
+    assert list(ax.get_lines()[-1].get_ydata()) == [0.75, 0.75]
+    assert ax.get_lines()[0].get_xdata()[0] == 1
+    plt.close("all")
+    with pytest.raises(ValueError, match="metric"):
+        report.plot_error_vs_k(authors_records(published) + records_from_table(_synthetic()), plt.figure().gca(),
+                               width=None)
+    with pytest.raises(ValueError, match="no records"):
+        report.plot_error_vs_k(records_from_table(_synthetic()), family="GRU")
+    with pytest.raises(ValueError, match="chance"):
+        report.plot_error_vs_k(records_from_table(_synthetic()), chance=2.0)
+    plt.close("all")
+
+
+def test_group_plot_draws_one_line_per_group_and_depth():
+    recs = records_from_table(_synthetic(seeds=(0,)))
+    narrow = [r for r in recs if r.depth == 2]
+    ax = report.plot_error_vs_k_groups({"m=16": recs, "m=32": narrow}, plt.figure().gca(), depths=(2, 3), min_k=1)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["m=16, L = 2", "m=16, L = 3", "m=32, L = 2"]
+    assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 3] and _tick_labels(ax) == ["1", "2", "3"]
+    plt.close("all")
+    with pytest.raises(ValueError, match="groups"):
+        report.plot_error_vs_k_groups({})
+
+
+def test_heatmap_writes_every_value_with_depths_as_rows():
+    recs = records_from_table(_synthetic(seeds=(0,)))
+    ax = report.plot_error_heatmap(recs, plt.figure().gca())
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["2", "3", "4"]
+    assert _tick_labels(ax) == ["0", "1", "2", "3"]
+    texts = [t.get_text() for t in ax.texts]
+    assert len(texts) == 12 and texts.count(".00") == 6 and texts.count(".50") == 6
+    plt.close("all")
+
+
+def test_largest_solved_stops_at_the_first_failure():
+    recs = records_from_table(_synthetic(seeds=(0,)))
+    assert report.largest_solved(recs, threshold=0.05) == {2: 0, 3: 1, 4: 2}
+    holes = recs + [ErrorRecord("transformer", 5, k, e, width=8) for k, e in ((1, 0.0), (2, 0.3), (3, 0.0))]
+    assert report.largest_solved(holes, threshold=0.05)[5] == 1  # k = 3 solved again does not count
+    with pytest.raises(ValueError, match="threshold"):
+        report.largest_solved(recs, threshold=-0.1)
