@@ -23,7 +23,7 @@ Two output heads:
 Attention is pluggable: :class:`GPTConfig` holds an :class:`AttentionSpec`, whose ``build`` makes each layer's
 :class:`CausalSelfAttention` (softmax, the default, :class:`SoftmaxAttention`) or a subclass of it that replaces
 its ``attend`` step. The core knows only softmax attention; the Performer and Longformer attentions of the
-paper's Section 5.1 live in :mod:`hoplib.lower_bounds.efficient_attention` and register themselves by name.
+paper's Corollaries 5.3 and 5.4 live in :mod:`hoplib.lower_bounds.efficient_attention` and register themselves by name.
 
 :class:`GPTEnsemble` holds E models of one architecture with stacked parameters and runs them in one
 batched forward pass (batched matrix products, one attention call), which is how several small models
@@ -57,7 +57,7 @@ class AttentionSpec:
 
     A frozen, comparable description (the settings of one kind of attention); :meth:`build` makes one
     layer's module, a :class:`CausalSelfAttention` or a subclass that overrides its ``attend`` step. The
-    paper's transformer uses :class:`SoftmaxAttention`; the efficient attentions of Section 5.1 (Performer,
+    paper's transformer uses :class:`SoftmaxAttention`; the efficient attentions of Corollaries 5.3 and 5.4 (Performer,
     Corollary 5.3; Longformer, Corollary 5.4) are plugged in from :mod:`hoplib.lower_bounds.efficient_attention`.
     Subclasses set the class attribute ``name`` and are registered with :func:`register_attention`, so that
     configs written by :meth:`GPTConfig.to_dict` load back.
@@ -143,7 +143,7 @@ class GPTConfig:
 
     ``attention`` is the attention of every layer, an :class:`AttentionSpec`: :class:`SoftmaxAttention`
     (default, the paper's transformer), or one plugged in from elsewhere, e.g. the Performer and Longformer
-    attentions of :mod:`hoplib.lower_bounds.efficient_attention` (Section 5.1). A registered name (``"softmax"``)
+    attentions of :mod:`hoplib.lower_bounds.efficient_attention` (Cor. 5.3, 5.4). A registered name (``"softmax"``)
     or a dict written by :meth:`to_dict` is turned into its spec. Configs saved before attention was
     configurable load unchanged, and :meth:`to_dict` leaves ``attention`` out while it is softmax.
     """
@@ -351,7 +351,7 @@ def gpt_for_task(task, *, depth: int, d_model: int, heads: int, dropout: float =
     ``vocab_size`` defaults to ``task.vocab_size`` and ``n_positions`` to ``task.length``; the authors'
     exact tables are ``vocab_size=30, n_positions=100`` (one more position than the 99 used), see
     :func:`authors_gpt`. ``attention`` goes to :class:`GPTConfig` (e.g. the Performer or Longformer attention
-    of :mod:`hoplib.lower_bounds.efficient_attention`, Section 5.1).
+    of :mod:`hoplib.lower_bounds.efficient_attention`, Corollaries 5.3 and 5.4).
     """
     vocab = task.vocab_size if vocab_size is None else check_int("vocab_size", vocab_size, low=task.vocab_size)
     npos = task.length if n_positions is None else check_int("n_positions", n_positions, low=task.length)

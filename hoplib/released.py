@@ -17,7 +17,9 @@ This module
   (:func:`per_k_error_dropout`);
 * compares re-evaluated and published errors (:func:`published_errors`, :func:`comparison_table`), finds the
   empirical depth threshold per k and the formula it follows, ⌊log₂k⌋+2 or ⌈log₂k⌉+2 (Theorem 4.2 and its
-  matching bound; :func:`depth_thresholds`), and draws the alignment heatmap (:func:`plot_alignment`).
+  matching bound; :func:`depth_thresholds`), and draws the alignment heatmap (:func:`plot_alignment`);
+* reads the stored re-evaluations back for the book (:func:`load_stored_results`) and summarises them
+  (:func:`wide_table`, :func:`difference_summary`, :func:`plot_errors`, :func:`best_pattern_table`).
 
 The weights are never copied into the book's repository (the authors' repository has no licence file): they
 live in :func:`resolve_cache`, ``~/.cache/hoplib/released`` unless ``$HOPLIB_RELEASED_CACHE`` or an argument says
@@ -44,6 +46,7 @@ from hoplib import evaluate
 from hoplib._book.device import get_device
 from hoplib._book.validate import check_choice, check_int
 from hoplib.models import GPT, GPTConfig
+from hoplib.report import depth_ceil, depth_floor
 from hoplib.tasks import HopTask
 
 REPOSITORY = "chsanford/hop-induction-heads"
@@ -54,6 +57,8 @@ CACHE_ENV = "HOPLIB_RELEASED_CACHE"
 TASK_SETTINGS = {"seq_len": 100, "alphabet_size": 4, "max_hops": 16, "min_hops": 0}
 """The task of every released model (their ``task_kwargs``: seq_len 100, char_tokens 4, hops 0..16)."""
 DROPOUT = 0.1  # HuggingFace GPT2Config's default, used in training and left on in the authors' evaluation
+PUBLISHED_N_SAMPLES = 100
+"""Test sequences per k behind the published errors (``samples_per_hop`` of the authors' ``error_plots.ipynb``)."""
 
 GIT_BLOB = {
     "width4-depth2": "29f328f97f7f1eba0eb15a2c389bb33460239e80",
@@ -422,16 +427,20 @@ def per_k_error_dropout(model: GPT, task: HopTask, *, n_samples: int = 100, seed
     samples as :func:`hoplib.evaluate.per_k_error` (``seed + k``); the dropout masks come from ``dropout_seed``.
     Data and masks are made on the model's device; the model's mode is restored.
     """
+    if not isinstance(model, torch.nn.Module) or not isinstance(task, HopTask):
+        raise TypeError(f"model must be a torch.nn.Module and task a HopTask, got {type(model).__name__} and "
+                        f"{type(task).__name__}")
     check_choice("metric", metric, evaluate.METRICS)
     seed = check_int("seed", seed, low=0, high=2**30 - 1 - task.max_hops)
     n_samples = check_int("n_samples", n_samples, low=1)
-    ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else [int(k) for k in ks]
+    ks = (list(range(task.min_hops, task.max_hops + 1)) if ks is None
+          else [check_int("ks[i]", k, low=task.min_hops, high=task.max_hops) for k in ks])
     dev = next(model.parameters()).device
     was_training = model.training
     out: dict[int, float] = {}
     try:
         model.train()
-        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [], device_type=dev.type):
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             torch.manual_seed(check_int("dropout_seed", dropout_seed, low=0))
             for k in ks:
                 x, y = task.sample(n_samples, k=k, seed=seed + k, device=dev)
@@ -541,23 +550,16 @@ def comparison_table(reevaluated: dict[str, dict[str, Any]],
     return table
 
 
-def depth_floor(k: int) -> int:
-    """⌊log₂ k⌋ + 2, the paper's stated depth for hop_k (Theorem 4.2)."""
-    return check_int("k", k, low=1).bit_length() - 1 + 2
-
-
-def depth_ceil(k: int) -> int:
-    """⌈log₂ k⌉ + 2, the depth of the doubling construction (equal to :func:`depth_floor` at powers of two)."""
-    return (check_int("k", k, low=1) - 1).bit_length() + 2
-
-
 def depth_thresholds(errors: dict[int, dict[int, float]], threshold: float = 0.05, ks: Iterable[int] | None = None):
     """Per k >= 1: the smallest depth with error <= ``threshold`` and which depth formula it follows.
 
     ``errors`` is ``{depth: {k: error}}``. Returns a pandas DataFrame with columns k, L_star (None when no
     depth reaches the threshold), floor (⌊log₂k⌋+2), ceil (⌈log₂k⌉+2), max_depth and follows: ``"both"`` (L* is
     the common value at a power of two), ``"floor"``, ``"ceil"``, ``"below floor"`` (shallower than both
-    formulas), ``"above ceil"`` or ``"not reached"`` (no depth up to max_depth reaches the threshold).
+    formulas), ``"above ceil"`` (deeper than both, or no depth reaches the threshold although the deepest is
+    at least the ceil formula), ``"above floor"`` (no depth reaches it, the deepest is the floor formula, so
+    L* is the ceil formula or more) or ``"not reached"`` (no depth reaches it and the deepest is shallower than
+    both formulas: no information).
     """
     import pandas as pd
 
@@ -572,8 +574,11 @@ def depth_thresholds(errors: dict[int, dict[int, float]], threshold: float = 0.0
     for k in ks:
         star = next((d for d in depths if errors[d].get(k, math.inf) <= threshold), None)
         lo, hi = depth_floor(k), depth_ceil(k)
-        follows = ("not reached" if star is None else "both" if star == lo == hi else "floor" if star == lo else
-                   "ceil" if star == hi else "below floor" if star < lo else "above ceil")
+        if star is None:  # L* > max depth: informative only when the formulas ask for no more than that
+            follows = "above ceil" if depths[-1] >= hi else "above floor" if depths[-1] >= lo else "not reached"
+        else:
+            follows = ("both" if star == lo == hi else "floor" if star == lo else "ceil" if star == hi else
+                       "below floor" if star < lo else "above ceil")
         rows.append({"k": k, "L_star": star, "floor": lo, "ceil": hi, "follows": follows,
                      "max_depth": depths[-1]})
     return pd.DataFrame(rows)

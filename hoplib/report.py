@@ -176,6 +176,19 @@ def error_table(records: Iterable[ErrorRecord], *, family: str | None = None, wi
     return {d: {k: sum(v) / len(v) for k, v in sorted(ks.items())} for d, ks in sorted(acc.items())}
 
 
+def depth_floor(k: int) -> int:
+    """The depth Theorem 4.2 states for hop_k: ⌊log₂ k⌋ + 2 for k >= 1 (0 for k = 0, where hop_0 is the identity)."""
+    k = check_int("k", k, low=0)
+    return 0 if k == 0 else k.bit_length() + 1
+
+
+def depth_ceil(k: int) -> int:
+    """⌈log₂ k⌉ + 2 for k >= 1 (0 for k = 0): the depth when each layer after the first two makes one lookup and
+    so at most doubles the reach (the book's construction); equal to :func:`depth_floor` at powers of two."""
+    k = check_int("k", k, low=0)
+    return 0 if k == 0 else (k - 1).bit_length() + 2
+
+
 def smallest_depth(records: Iterable[ErrorRecord], *, threshold: float = 0.05, family: str | None = None,
                    width: int | None = None, metric: str = "paper") -> dict[int, int | None]:
     """Empirical L*(k): for each k, the smallest depth whose error at k is at most ``threshold`` (None if none).

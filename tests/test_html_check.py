@@ -12,6 +12,7 @@ GOOD = """<html><body><main>
 <pre>print("$HOME | --- | {glue:text}`x` ??")</pre>
 <figure><img src="a.png"/><figcaption><p>Error against k.</p></figcaption></figure>
 <table><tr><td>1</td></tr></table>
+<a class="btn"><img src="../_static/images/logo_colab.png"/></a>
 </main></body></html>"""
 
 

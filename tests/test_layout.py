@@ -79,3 +79,16 @@ def test_chapter_code_cells_are_short_with_short_lines(md):
 def test_chapters_find_results_without_file_tricks(md):
     text = md.read_text()
     assert "__file__" not in text and '"../results' not in text and "'../results" not in text
+
+
+def test_the_exercise_catalogue_lists_exactly_the_chapters_exercises():
+    from hoplib.exercises.catalogue import EXERCISES
+
+    found = {}
+    for md in CHAPTERS:
+        for label in re.findall(r"^````\{exercise\}[^\n]*\n(?::[a-z]+:[^\n]*\n)*?:label: (ex-[\w-]+)", md.read_text(),
+                                flags=re.M):
+            found[label] = md.stem
+    assert found == {e.label: e.chapter for e in EXERCISES.values()}
+    assert all(e.kind in ("code", "formula", "proof", "explain") and 1 <= e.difficulty <= 3 and e.minutes > 0
+               for e in EXERCISES.values())

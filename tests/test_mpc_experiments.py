@@ -37,9 +37,9 @@ def test_hop_grid_leaves_out_memories_below_the_protocols_minimum():
     rows = ex.hop_round_grid([4096], ["1/2", "2/3"], 2)
     assert [r["delta_label"] for r in rows] == ["2/3"]  # 4096^(1/2) = 64 < hop_min_memory(4096) = 144
     assert rows[0]["memory"] == 256 < rows[0]["input_words"] and rows[0]["correct"]
-    table = ex.grid_table(rows, [4096], ["1/2", "2/3"])
-    assert table.loc[4096, "δ = 1/2"] == f"s = 64 < minimum {hop_min_memory(4096)}"
-    assert table.loc[4096, "δ = 2/3"] == f"s = 256: {rows[0]['rounds']} rounds"
+    table = ex.grid_table(rows, [4096], ["1/2", "2/3"]).data
+    assert table.loc["4,096", "δ = 1/2"] == f"s = 64 < minimum {hop_min_memory(4096)}"
+    assert table.loc["4,096", "δ = 2/3"] == f"s = 256: {rows[0]['rounds']} rounds"
 
 
 def test_cycles_records_count_the_edge_list_as_the_input():
@@ -48,6 +48,12 @@ def test_cycles_records_count_the_edge_list_as_the_input():
     assert len(rows) == 2 and all(r["input_words"] == 1024 and r["memory"] == 182 for r in rows)
     per = ex.rounds_per_iteration(rows)
     assert (per["rounds per iteration"] * per["iterations"] == per["rounds"]).all()
+
+
+def test_sci_writes_powers_of_ten_for_prose():
+    assert ex.sci(10741046220) == "1.1 × 10¹⁰" and ex.sci(0.00025) == "2.5 × 10⁻⁴" and ex.sci(99.99) == "1.0 × 10²"
+    with pytest.raises(ValueError):
+        ex.sci(0)
 
 
 def test_layer_records_state_their_exponent():

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.error import URLError
 
 import matplotlib
+import pandas as pd
 import pytest
 import torch
 import torch.nn as nn
@@ -333,7 +334,11 @@ def test_depth_thresholds_name_the_formula_the_smallest_good_depth_follows():
     t = released.depth_thresholds(errors, 0.05).set_index("k")
     assert t.loc[1, "follows"] == "both" and t.loc[2, "follows"] == "both"  # L* = 2, 3 at powers of two
     assert t.loc[3, "L_star"] == 3 and t.loc[3, "follows"] == "floor"
-    assert t.loc[4, "L_star"] == 4 and t.loc[5, "follows"] == "not reached"
+    assert t.loc[4, "L_star"] == 4 and t.loc[5, "follows"] == "above ceil"  # depth 5 = ceil(5) fails
+    upto4 = released.depth_thresholds({d: errors[d] for d in (2, 3, 4)}, 0.05).set_index("k")
+    assert upto4.loc[5, "follows"] == "above floor"  # depth 4 = floor(5) fails, ceil(5) = 5 untried
+    shallow = released.depth_thresholds({d: errors[d] for d in (2, 3)}, 0.05).set_index("k")
+    assert shallow.loc[5, "follows"] == "not reached" and pd.isna(shallow.loc[5, "L_star"])
     errors[3][3] = 0.2
     assert released.depth_thresholds(errors, 0.05).set_index("k").loc[3, "follows"] == "ceil"
     errors[4][3] = 0.2
@@ -445,3 +450,39 @@ def test_load_stored_results_finds_files_by_model_name(tmp_path):
     (tmp_path / "released" / "unrelated.json").write_text("{}")
     found = released.load_stored_results(root=tmp_path)
     assert list(found) == ["width4-depth3"] and found["width4-depth3"].data == {"errors": {}}
+
+
+def test_evaluation_script_writes_results_with_checkpoint_provenance_and_skips_done_ones(tmp_path, monkeypatch,
+                                                                                        checkpoint):
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "evaluate_released.py"
+    spec = importlib.util.spec_from_file_location("evaluate_released", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copy(checkpoint[1], cache / "width4-depth2.pt")
+    fake_release(monkeypatch, "width4-depth2", checkpoint[1].read_bytes())
+    args = ["--out", str(tmp_path / "released"), "--cache-dir", str(cache), "--names", "width4-depth2",
+            "--n-samples", "2", "--n-dropout", "2", "--n-align", "1"]
+    assert mod.main(args) == 0
+    stored = released.load_stored_results(root=tmp_path)["width4-depth2"]
+    prov = stored.record["provenance"]
+    assert prov["checkpoint_commit"] == released.COMMIT and prov["checkpoint_file"].endswith("model_100000.pt")
+    assert prov["checkpoint_sha256"] == hashlib.sha256(checkpoint[1].read_bytes()).hexdigest()
+    assert stored.data["model"]["parameters"] == models.count_parameters(released.load("width4-depth2", cache))
+    assert set(stored.data["errors"]["pooled"]) == {str(k) for k in range(17)}
+    before = stored.path.stat().st_mtime_ns
+    assert mod.main(args) == 0 and stored.path.stat().st_mtime_ns == before  # done: skipped
+    assert mod.main(["--out", str(tmp_path / "x"), "--cache-dir", str(tmp_path / "empty")]) == 1
+
+
+def test_dropout_evaluation_validates_its_arguments(small_model):
+    task = released.released_task()
+    with pytest.raises(TypeError):
+        released.per_k_error_dropout("model", task)
+    with pytest.raises(ValueError):
+        released.per_k_error_dropout(small_model, task, ks=[17])
+    with pytest.raises(ValueError):
+        released.per_k_error_dropout(small_model, task, metric="mean")

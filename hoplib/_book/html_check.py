@@ -76,8 +76,9 @@ def _figure_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
     out = []
     main = soup.find("main") or soup.find("article") or soup
     for img in main.find_all("img"):
-        if "logo" in " ".join(img.get("class") or ()) or _skipped(img):
-            continue
+        src = str(img.get("src", ""))
+        if "logo" in " ".join(img.get("class") or ()) or "_static/" in src or _skipped(img):
+            continue  # the theme's own images (logos, launch buttons), not the book's figures
         fig = img.find_parent("figure")
         if fig is None or fig.find("figcaption") is None or not fig.find("figcaption").get_text(strip=True):
             out.append(Defect(page, "figure without a caption", str(img.get("src", ""))))

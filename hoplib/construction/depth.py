@@ -10,23 +10,12 @@ program symbolically.
 from __future__ import annotations
 
 from hoplib._book.validate import check_int
+from hoplib.report import depth_ceil, depth_floor  # the formulas live in the core
 
 __all__ = ["ACC", "KEEP", "PTR", "depth_ceil", "depth_floor", "hop_program", "program_hops"]
 
 KEEP, ACC, PTR = "keep", "acc", "ptr"
 """Operations of layers 3, 4, ...: keep A, set A <- A∘P (fetch A at P), or set A <- P∘P (fetch P at P)."""
-
-
-def depth_floor(k: int) -> int:
-    """The depth stated by Theorem 4.2: ⌊log₂ k⌋ + 2 for k >= 1 (0 for k = 0, where hop_0 is the identity)."""
-    k = check_int("k", k, low=0)
-    return 0 if k == 0 else k.bit_length() + 1
-
-
-def depth_ceil(k: int) -> int:
-    """The depth this construction uses: ⌈log₂ k⌉ + 2 for k >= 1 (0 for k = 0)."""
-    k = check_int("k", k, low=0)
-    return 0 if k == 0 else (k - 1).bit_length() + 2
 
 
 def hop_program(k: int, n_layers: int | None = None) -> list[str]:

@@ -366,7 +366,7 @@ def cot_errors(model: nn.Module, task: CotTask, *, ks: list[int] | None = None, 
 class CotConstruction(nn.Module):
     """A hand-built ONE-layer softmax transformer that writes the full chain and answers hop_k exactly.
 
-    The linear-in-k side of Section 5.3 (which the paper states without proof), for the ``"full"`` format:
+    The linear-in-k side of Corollary 5.6 (sufficiency, stated without proof in the paper), ``"full"`` format:
     every generated token is one attention lookup away from the token before it. One layer, three heads, all
     run in parallel on the same input (no head sees another head's output):
 
@@ -377,7 +377,7 @@ class CotConstruction(nn.Module):
       threshold s <= p is content-dependent (not the causal mask), so the query holds the row
       (s if s <= p else -lam)_s over one-hot key positions: width n + 1 for this head (see the note below).
     * *fetch* (lookUp): at a pointer token @p, read the letter at sequence position p + 1 with the quadratic
-      score 2(p+1)s - s² (width 3, Lemma D.1 in polynomial form), -1 at non-letters.
+      score 2(p+1)s - s² (width 3; the book's quadratic substitute for Lemma D.1's angles), -1 at non-letters.
     * *k*: read the hop count from position 0 (constant query, key = "is position 0").
 
     Every score gap between the best key and the next is at least 1, so softmax at inverse temperature

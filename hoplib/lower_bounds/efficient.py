@@ -1,4 +1,4 @@
-"""Kernel and Longformer attention as blackboard protocols, and depth experiments (Section 5.1, Cor. 5.3, 5.4).
+"""Kernel and Longformer attention as blackboard protocols, and depth experiments (Cor. 5.3, 5.4).
 
 The lower bounds of Corollaries 5.3 and 5.4 come from the same reduction as the RNN bound (Corollary 5.2,
 :func:`hoplib.lower_bounds.rnn.simulate_rnn_protocol`): cut the input into contiguous blocks held by players

@@ -1,4 +1,4 @@
-"""Efficient attention: Performer's kernel attention (FAVOR+) and Longformer-style masks (Section 5.1).
+"""Efficient attention: Performer's kernel attention (FAVOR+) and Longformer-style masks (Corollaries 5.3, 5.4).
 
 The paper's Corollaries 5.3 and 5.4 say that two popular ways of making attention cheaper lose the
 logarithmic-depth solution of hop_k. This module implements both, compactly, and plugs them into
@@ -49,7 +49,7 @@ from hoplib._book.validate import check_choice, check_int
 from hoplib.models import GPT, AttentionSpec, CausalSelfAttention, GPTConfig, SoftmaxAttention, register_attention
 
 KINDS = ("softmax", "performer", "longformer")
-"""The attentions of Section 5.1's comparison: the paper's softmax and the two efficient ones."""
+"""The attentions compared in Corollaries 5.3 and 5.4: the paper's softmax and the two efficient ones."""
 
 # --------------------------------------------------------------------------- random features (FAVOR+)
 

@@ -18,6 +18,7 @@ from fractions import Fraction
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 from hoplib._book.validate import check_int
 from hoplib.mpc.layer_sim import AttentionLayer, layer_as_mpc
@@ -158,7 +159,15 @@ def rounds_per_iteration(rows: list[dict]) -> pd.DataFrame:
     """Rounds per FastSV iteration of each connectivity run: (n, s, delta, iterations, rounds, ratio)."""
     df = pd.DataFrame(rows)
     df["rounds per iteration"] = df["rounds"] / df["iterations"]
-    return df[["n", "memory", "delta_label", "two_cycles", "iterations", "rounds", "rounds per iteration"]]
+    df["instance"] = np.where(df["two_cycles"], "two cycles", "one cycle")
+    df = df.rename(columns={"memory": "s", "delta_label": "δ"})
+    return df[["n", "s", "δ", "instance", "iterations", "rounds", "rounds per iteration"]]
+
+
+def styled(df: pd.DataFrame, *, index: bool = True) -> Styler:
+    """A table for the book: HTML with full cell texts, thousands separators, whole numbers (a Styler)."""
+    style = df.style.format(precision=0, thousands=",")
+    return style if index else style.hide(axis="index")
 
 
 # --------------------------------------------------------------------------- Lemma 3.2, Theorems 3.1 and 3.4
@@ -214,48 +223,63 @@ def layer_rounds_vs_n(ns: list[int], memories: list[int], *, width: int = 4, hea
 
 
 # --------------------------------------------------------------------------- tables
-def grid_table(rows: list[dict], ns: list[int], deltas: list[str]) -> pd.DataFrame:
+_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def sci(x: float) -> str:
+    """``x`` in scientific notation for prose: 1.1 × 10¹⁰."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x <= 0:
+        raise ValueError(f"x must be a positive finite number, got {x!r}")
+    exponent = math.floor(math.log10(x))
+    mantissa = x / 10**exponent
+    if round(mantissa, 1) >= 10:
+        mantissa, exponent = mantissa / 10, exponent + 1
+    return f"{mantissa:.1f} × 10{str(exponent).translate(_SUPERSCRIPTS)}"
+
+
+def grid_table(rows: list[dict], ns: list[int], deltas: list[str]) -> Styler:
     """Rounds of the hop_k grid: one row per N, one column per delta ("s = ..., R rounds"; "below minimum"
     where N^delta is under :func:`hop_min_memory`)."""
     got = {(r["n"], r["delta_label"]): r for r in rows}
     table = {}
     for n in ns:
-        table[n] = {f"δ = {d}": (f"s = {got[n, d]['memory']:,}: {got[n, d]['rounds']} rounds" if (n, d) in got
-                                 else f"s = {memory_for(n, d):,} < minimum {hop_min_memory(n)}") for d in deltas}
+        table[f"{n:,}"] = {f"δ = {d}": (f"s = {got[n, d]['memory']:,}: {got[n, d]['rounds']} rounds"
+                                        if (n, d) in got else f"s = {memory_for(n, d):,} < minimum "
+                                        f"{hop_min_memory(n)}") for d in deltas}
     df = pd.DataFrame.from_dict(table, orient="index")
     df.index.name = "N (words)"
-    return df
+    return styled(df)
 
 
-def routing_table(rows: list[dict]) -> pd.DataFrame:
+def routing_table(rows: list[dict]) -> Styler:
     """The routing widths as a table (plain-text headers)."""
     df = pd.DataFrame(rows)[["N", "s", "slots_needed", "slots_default", "slots_lemma", "width_needed",
                              "width_lemma"]]
-    return df.rename(columns={"slots_needed": "slots needed", "slots_default": "default slots",
-                              "slots_lemma": "Fact B.2 slots", "width_needed": "width needed",
-                              "width_lemma": "width (Fact B.2)"}).set_index(["N", "s"])
+    return styled(df.rename(columns={"slots_needed": "slots needed", "slots_default": "default slots",
+                                     "slots_lemma": "Fact B.2 slots", "width_needed": "width needed",
+                                     "width_lemma": "width (Fact B.2)"}).set_index(["N", "s"]))
 
 
-def summary_table(grid: list[dict], cycles: list[dict], demo: dict, layers: list[dict]) -> pd.DataFrame:
+def summary_table(grid: list[dict], cycles: list[dict], demo: dict, layers: list[dict]) -> Styler:
     """Measured rounds and depths against the paper's bounds (one row per claim)."""
     h = max(grid, key=lambda r: (r["n"], -r["delta"]))
     c = max((r for r in cycles if not r["two_cycles"]), key=lambda r: (r["n"], -r["delta"]))
     lay = max(layers, key=lambda r: (r["N"], -r["branching"]))
     rows = [
-        ("hop_k, MPC rounds", f"N = {h['n']:,}, s = N^{h['delta_label']}, k = {h['k']}",
+        ("hop_k, MPC rounds", f"N = {h['n']:,}, s = N^({h['delta_label']}), k = {h['k']}",
          f"{h['rounds']} ({h['doubling_rounds']} for pointer doubling)", "O(1/δ) + O(log k)"),
         ("hop_k as a transformer (Thm 3.1)", f"N = {demo['n']}, s = {demo['memory']}, k = {demo['k']}",
          f"{demo['layers']} layers = R + 1", f"R + 1 layers; directly (Thm 4.2): ⌊log₂ k⌋ + 2 = "
          f"{math.floor(math.log2(demo['k'])) + 2} as stated, ⌈log₂ k⌉ + 2 = {math.ceil(math.log2(demo['k'])) + 2} "
          f"with one lookup per layer"),
-        ("connectivity, one cycle", f"n = {c['n']:,}, s = (2n)^{c['delta_label']}",
-         f"{c['rounds']} rounds, {c['iterations']} iterations", "O(log n) rounds; Ω(log n) under Conj. 2.4"),
+        ("connectivity, one cycle", f"n = {c['n']:,}, s = (2n)^({c['delta_label']})",
+         f"{c['rounds']:,} rounds, {c['iterations']} iterations", "O(log n) rounds; Ω(log n) under Conj. 2.4"),
         ("connectivity as a transformer", "", "R + 1 layers (Thm 3.1)", "O(log D) layers (Cor. 3.3), "
          "Ω(log D) (Cor. 3.5)"),
         ("one layer as MPC (Thm 3.4)", f"N = {lay['N']}, s = {lay['memory']}, b = {lay['branching']}",
          f"{lay['rounds']} rounds (D = {lay['depth']})", f"2D + 3 = {2 * lay['depth'] + 3}"),
     ]
-    return pd.DataFrame(rows, columns=["problem", "instance", "measured", "paper's bound"]).set_index("problem")
+    return styled(pd.DataFrame(rows, columns=["problem", "instance", "measured", "paper's bound"]), index=False)
 
 
 # --------------------------------------------------------------------------- figures

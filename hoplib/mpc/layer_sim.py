@@ -111,6 +111,124 @@ class _Layout:
         return np.broadcast_to(np.arange(len(j))[:, None], c.shape)[ok], c[ok]
 
 
+@dataclass
+class _Plan:
+    """Public facts every machine knows in the protocol of :func:`layer_as_mpc` (Theorem 3.4): the layer,
+    the sizes, the machine layout and every tree machine's role (token, node index)."""
+
+    layer: AttentionLayer
+    lay: _Layout
+    n: int
+    m: int
+    h: int
+    b: int
+    per_in: int
+    rtok: np.ndarray
+    ridx: np.ndarray
+
+
+def _roles(lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Public role of every internal tree machine: (token of its tree, index of its node in the level)."""
+    n = lay.n
+    rtok = np.zeros(lay.num_machines, np.int64)
+    ridx = np.zeros(lay.num_machines, np.int64)
+    for tree in (0, 1):
+        for level in range(1, lay.depth):
+            tt, jj = np.meshgrid(np.arange(n), np.arange(lay.counts[level]), indexing="ij")
+            ids = lay.node(tree, tt.ravel(), level, jj.ravel())
+            rtok[ids], ridx[ids] = tt.ravel(), jj.ravel()
+    return rtok, ridx
+
+
+def _stage1(ctx: RoundContext, mem: dict[str, Table]):
+    """Round 1 of Theorem 3.4: input token i goes to token machine i."""
+    t = mem["in"]
+    return {}, {"x": Message(t.machine, t.data[:, 0].astype(np.int64), t.data)}
+
+
+def _push(ctx: RoundContext, mem: dict[str, Table], level: int, plan: _Plan):
+    """Rounds 2 .. D+1 of Theorem 3.4: nodes at ``level`` send their payload to their children (level - 1);
+    at the top level the token machines first compute Q, K, V (token-wise) and start both trees."""
+    lay, n_hm, m = plan.lay, plan.h * plan.m, plan.m
+    mem = dict(mem)
+    out = {}
+    for tree, name in ((0, "_q"), (1, "_kv")):
+        if level == lay.depth:
+            xt = mem.get("x", Table(np.zeros(0, np.int64), np.zeros((0, m + 1))))
+            q, k, v = plan.layer.qkv(xt.data[:, 1:])
+            toks = xt.data[:, 0].astype(np.int64)
+            payload = q.reshape(len(toks), n_hm) if tree == 0 else np.column_stack(
+                [k.reshape(len(toks), n_hm), v.reshape(len(toks), n_hm)])
+            src_tok, src_j = toks, np.zeros(len(toks), np.int64)
+            src_m = xt.machine
+        else:
+            t = mem.pop(name, Table(np.zeros(0, np.int64), np.zeros((0, 1))))
+            payload, src_m = t.data, t.machine
+            src_tok, src_j = plan.rtok[src_m], plan.ridx[src_m]
+        pi, ci = lay.children(level, src_j)
+        dest = lay.node(tree, src_tok[pi], level - 1, ci)
+        out[name] = Message(src_m[pi], dest, payload[pi])
+    return mem, out
+
+
+def _leaf_scores(mem: dict[str, Table], plan: _Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Round D+2 of Theorem 3.4, at the leaves: machine (i, i') forms the scores q_i . k_i' per head (masked
+    entries become -inf); returns (machines, scores, values v_i')."""
+    n, m, h = plan.n, plan.m, plan.h
+    qt = mem.get("_q", Table(np.zeros(0, np.int64), np.zeros((0, h * m))))
+    kvt = mem.get("_kv", Table(np.zeros(0, np.int64), np.zeros((0, 2 * h * m))))
+    order_q, order_kv = np.argsort(qt.machine), np.argsort(kvt.machine)
+    mach = qt.machine[order_q]
+    if not np.array_equal(mach, kvt.machine[order_kv]):
+        raise RuntimeError("an inner-product machine lacks its query or its key/value")
+    q = qt.data[order_q].reshape(-1, h, m)
+    kv = kvt.data[order_kv].reshape(-1, 2, h, m)
+    score = np.einsum("nhk,nhk->nh", q, kv[:, 0])
+    i, i2 = (mach - n) // n, (mach - n) % n
+    if plan.layer.causal:
+        score = np.where((i2 > i)[:, None], -np.inf, score)
+    return mach, score, kv[:, 1]
+
+
+def _up(ctx: RoundContext, mem: dict[str, Table], level: int, plan: _Plan):
+    """Rounds D+2 .. 2D+1 of Theorem 3.4: nodes at ``level`` send (log Z, S) per head to their parent in
+    the query tree (the leaves form them from their scores, inner nodes combine their children's)."""
+    n, m, h = plan.n, plan.m, plan.h
+    mem = dict(mem)
+    empty = {"_up": Message(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, h * (m + 1))))}
+    if level == 0:
+        if "_q" not in mem:
+            return mem, empty
+        mach, logz, s = _leaf_scores(mem, plan)
+        mem.pop("_q", None)
+        mem.pop("_kv", None)
+        i, j = (mach - n) // n, (mach - n) % n
+    else:
+        t = mem.pop("_up", None)
+        if t is None or len(t) == 0:
+            return mem, empty
+        mach, logz, s = _combine(t, h, m)
+        i, j = plan.rtok[mach], plan.ridx[mach]
+    dest = plan.lay.node(0, i, level + 1, j // plan.b)
+    return mem, {"_up": Message(mach, dest, np.column_stack([logz, s.reshape(len(mach), h * m)]))}
+
+
+def _finish(ctx: RoundContext, mem: dict[str, Table], plan: _Plan):
+    """Round 2D+2 of Theorem 3.4: token machine i adds the residual, applies psi and sends its output row to
+    the first machines (compaction)."""
+    m, h = plan.m, plan.h
+    mem = dict(mem)
+    xt = mem.pop("x", Table(np.zeros(0, np.int64), np.zeros((0, m + 1))))
+    upt = mem.pop("_up", Table(np.zeros(0, np.int64), np.zeros((0, h * (m + 1)))))
+    mach, _, s = _combine(upt, h, m)
+    ox = np.argsort(xt.machine)
+    order = np.argsort(mach)
+    z = xt.data[ox, 1:] + s[order].sum(axis=1)
+    y = plan.layer.psi(z)
+    toks = xt.data[ox, 0].astype(np.int64)
+    return mem, {"out": Message(xt.machine[ox], toks // plan.per_in, np.column_stack([toks, y]))}
+
+
 def layer_as_mpc(layer: AttentionLayer, x: np.ndarray, memory: int, *, audit: bool = False
                  ) -> tuple[np.ndarray, MPCStats, dict]:
     """Run ``layer`` on ``x`` (N, m) as an MPC protocol with ``memory`` words per machine (Theorem 3.4).
@@ -130,100 +248,18 @@ def layer_as_mpc(layer: AttentionLayer, x: np.ndarray, memory: int, *, audit: bo
     per_in = memory // (m + 1)
     tok = np.arange(n)
     sim.load("in", tok // per_in, np.column_stack([tok, x]))
-
-    # role of every machine (public)
-    kind = np.full(lay.num_machines, -1)
-    rtok = np.zeros(lay.num_machines, np.int64)
-    rlev = np.zeros(lay.num_machines, np.int64)
-    ridx = np.zeros(lay.num_machines, np.int64)
-    for tree in (0, 1):
-        for level in range(1, depth):
-            tt, jj = np.meshgrid(np.arange(n), np.arange(lay.counts[level]), indexing="ij")
-            ids = lay.node(tree, tt.ravel(), level, jj.ravel())
-            kind[ids], rtok[ids], rlev[ids], ridx[ids] = 2 + tree, tt.ravel(), level, jj.ravel()
-
-    def stage1(ctx: RoundContext, mem: dict[str, Table]):
-        t = mem["in"]
-        return {}, {"x": Message(t.machine, t.data[:, 0].astype(np.int64), t.data)}
-
-    def push(ctx: RoundContext, mem: dict[str, Table], level: int):
-        """Nodes at ``level`` send their payload to their children (level - 1)."""
-        mem = dict(mem)
-        out = {}
-        for tree, name in ((0, "_q"), (1, "_kv")):
-            if level == depth:  # token machines: compute Q, K, V (token-wise) and start both trees
-                xt = mem.get("x", Table(np.zeros(0, np.int64), np.zeros((0, m + 1))))
-                q, k, v = layer.qkv(xt.data[:, 1:])
-                toks = xt.data[:, 0].astype(np.int64)
-                payload = q.reshape(len(toks), h * m) if tree == 0 else np.column_stack(
-                    [k.reshape(len(toks), h * m), v.reshape(len(toks), h * m)])
-                src_tok, src_j = toks, np.zeros(len(toks), np.int64)
-                src_m = xt.machine
-            else:
-                t = mem.pop(name, Table(np.zeros(0, np.int64), np.zeros((0, 1))))
-                payload, src_m = t.data, t.machine
-                src_tok, src_j = rtok[src_m], ridx[src_m]
-            pi, ci = lay.children(level, src_j)
-            dest = lay.node(tree, src_tok[pi], level - 1, ci)
-            out[name] = Message(src_m[pi], dest, payload[pi])
-        return mem, out
-
-    def leaf_scores(mem: dict[str, Table]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        qt = mem.get("_q", Table(np.zeros(0, np.int64), np.zeros((0, h * m))))
-        kvt = mem.get("_kv", Table(np.zeros(0, np.int64), np.zeros((0, 2 * h * m))))
-        order_q, order_kv = np.argsort(qt.machine), np.argsort(kvt.machine)
-        mach = qt.machine[order_q]
-        if not np.array_equal(mach, kvt.machine[order_kv]):
-            raise RuntimeError("an inner-product machine lacks its query or its key/value")
-        q = qt.data[order_q].reshape(-1, h, m)
-        kv = kvt.data[order_kv].reshape(-1, 2, h, m)
-        score = np.einsum("nhk,nhk->nh", q, kv[:, 0])
-        i, i2 = (mach - n) // n, (mach - n) % n
-        if layer.causal:
-            score = np.where((i2 > i)[:, None], -np.inf, score)
-        return mach, score, kv[:, 1]
-
-    def up(ctx: RoundContext, mem: dict[str, Table], level: int):
-        """Nodes at ``level`` send (log Z, S) per head to their parent in the query tree."""
-        mem = dict(mem)
-        if level == 0:
-            if "_q" not in mem:
-                return mem, {"_up": Message(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, h * (m + 1))))}
-            mach, logz, s = leaf_scores(mem)
-            mem.pop("_q", None)
-            mem.pop("_kv", None)
-            i, j = (mach - n) // n, (mach - n) % n
-        else:
-            t = mem.pop("_up", None)
-            if t is None or len(t) == 0:
-                return mem, {"_up": Message(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, h * (m + 1))))}
-            mach, logz, s = _combine(t, h, m)
-            i, j = rtok[mach], ridx[mach]
-        dest = lay.node(0, i, level + 1, j // b)
-        return mem, {"_up": Message(mach, dest, np.column_stack([logz, s.reshape(len(mach), h * m)]))}
-
-    def finish(ctx: RoundContext, mem: dict[str, Table]):
-        mem = dict(mem)
-        xt = mem.pop("x", Table(np.zeros(0, np.int64), np.zeros((0, m + 1))))
-        upt = mem.pop("_up", Table(np.zeros(0, np.int64), np.zeros((0, h * (m + 1)))))
-        mach, _, s = _combine(upt, h, m)
-        ox = np.argsort(xt.machine)
-        order = np.argsort(mach)
-        z = xt.data[ox, 1:] + s[order].sum(axis=1)
-        y = layer.psi(z)
-        toks = xt.data[ox, 0].astype(np.int64)
-        return mem, {"out": Message(xt.machine[ox], toks // per_in, np.column_stack([toks, y]))}
+    plan = _Plan(layer, lay, n, m, h, b, per_in, *_roles(lay))
 
     sim.phase("stage 1: tokens to token machines")
-    sim.round(stage1)
+    sim.round(_stage1)
     sim.phase("stage 2: Q, K, V down the trees")
     for level in range(depth, 0, -1):
-        sim.round(lambda ctx, mem, level=level: push(ctx, mem, level))
+        sim.round(lambda ctx, mem, level=level: _push(ctx, mem, level, plan))
     sim.phase("stage 3: softmax sums up the query trees")
     for level in range(0, depth):
-        sim.round(lambda ctx, mem, level=level: up(ctx, mem, level))
+        sim.round(lambda ctx, mem, level=level: _up(ctx, mem, level, plan))
     sim.phase("stage 4: residual, psi and compaction")
-    sim.round(finish)
+    sim.round(lambda ctx, mem: _finish(ctx, mem, plan))
     out = sim.table("out")
     y = np.empty((n, m))
     y[out.data[:, 0].astype(np.int64)] = out.data[:, 1:]

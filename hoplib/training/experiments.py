@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,10 +178,10 @@ def live_sweep(grid: str, *, seed: int, device: str | torch.device, out_dir: str
 
 # --------------------------------------------------------------------------- depth thresholds
 def depth_formulas(k: int) -> tuple[int, int]:
-    """``(⌊log₂ k⌋ + 2, ⌈log₂ k⌉ + 2)``: the depth of Theorem 4.2 as the paper states it, and the depth of the
-    construction when one lookup per layer doubles the reach (paper-spec section 4); equal at powers of two."""
+    """``(⌊log₂ k⌋ + 2, ⌈log₂ k⌉ + 2)`` for k >= 1: :func:`hoplib.report.depth_floor` (Theorem 4.2 as the paper
+    states it) and :func:`hoplib.report.depth_ceil` (one lookup per layer); equal at powers of two."""
     k = check_int("k", k, low=1)
-    return math.floor(math.log2(k)) + 2, (k - 1).bit_length() + 2
+    return report.depth_floor(k), report.depth_ceil(k)
 
 
 def formula_agreement(star: dict[int, int | None]) -> dict[str, list[int]]:
