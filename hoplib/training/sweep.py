@@ -14,7 +14,7 @@ Named grids (:data:`GRIDS`, :func:`grid`), each defined only here:
   small scale. N = 32, k <= 4, 2000 steps, depths 2 and 3; (m, H) in {(16, 1), (32, 2), (64, 4)} (heads grow
   with width, head size 16, as the paper's (128, 4) -> (256, 8)) with fresh samples, and n_train in {250, 1000}
   for (64, 4).
-* ``medium``: CPU, under an hour on one core: N = 64, k <= 8, 4000 steps, m = 64, depths 2..5.
+* ``medium``: CPU, about an hour on one core: N = 64, k <= 8, 4000 steps, m = 64, depths 2..5, seeds 0 and 1.
 * ``paper``: the authors' grid for a GPU: L = 2..6, (m, H) in {(128, 4), (256, 8)}, n_train in {1000, 3000,
   infinite}, N = 100, k <= 16, 100k steps, their head (LayerNorm output as logits) and dropout 0.1.
 
@@ -84,7 +84,7 @@ GRIDS: dict[str, Grid] = {
     "small": Grid(depths=(2, 3), widths=((16, 1), (32, 2), (64, 4)), n_trains=(250, 1000, None),
                   settings=dict(seq_len=32, max_hops=4, steps=2000, lr=2e-3, warmup_steps=100, eval_samples=100),
                   exclude=((16, 250), (16, 1000), (32, 250), (32, 1000))),
-    "medium": Grid(depths=(2, 3, 4, 5), widths=((64, 4),),
+    "medium": Grid(depths=(2, 3, 4, 5), widths=((64, 4),), seeds=(0, 1),
                    settings=dict(seq_len=64, max_hops=8, steps=4000, lr=2e-3, warmup_steps=200, eval_samples=100)),
     "paper": Grid(depths=(2, 3, 4, 5, 6), widths=((128, 4), (256, 8)), n_trains=(1000, 3000, None),
                   settings=dict(seq_len=100, max_hops=16, steps=100_000, lr=1e-4, warmup_steps=1000,
