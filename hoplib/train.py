@@ -52,6 +52,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hoplib._book.cli import run_cli
 from hoplib._book.device import autocast, get_device, seed_everything
 from hoplib._book.provenance import atomic_write, atomic_write_text
 from hoplib._book.validate import check_int
@@ -886,19 +887,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Run :func:`main` and turn errors into one line on stderr: exit 2 for a user error (bad argument,
-    unusable folder, another run's files, bad checkpoint), 1 for a diverged run, 0 otherwise."""
-    try:
-        main(argv)
-    except SystemExit as exc:  # argparse's one-line errors (status 2), --help (0)
-        return exc.code if isinstance(exc.code, int) else 1
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except DivergedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """Run :func:`main` with one-line errors: exit 2 for a user error (bad argument, unusable folder, another
+    run's files, bad checkpoint), 1 for a diverged run, 0 otherwise."""
+    return run_cli(main, argv, failures=(DivergedError,))
 
 
 if __name__ == "__main__":

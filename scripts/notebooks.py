@@ -8,11 +8,14 @@
 status 2 and one line for a bad one), and replaces the executed notebook and results files only when the whole
 chapter ran: a failure prints one line (the failing cell and exception) and the path of the full log (exit 1).
 
-The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in one
-way: a first code cell, built from ``repository`` in ``_config.yml``, that clones the book and installs hoplib
-from it when (and only when) the notebook runs on Google Colab, or when ``HOPLIB_INSTALL_SOURCE`` is set (the
-test that proves the cell works points it at a local git checkout). It never installs torch or numpy:
-hoplib's requirements are ranges that Colab's preinstalled versions satisfy.
+The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in two
+ways. Their Markdown is converted to plain Markdown that Jupyter and Colab render (``colab_markdown.py``: prf
+boxes and exercises as block quotes, solutions collapsed, citations and cross references as text, glued values
+as markers, math macros expanded). And they have a first code cell, built from ``repository`` in
+``_config.yml``, that clones the book and installs hoplib from it when (and only when) the notebook runs on
+Google Colab, or when ``HOPLIB_INSTALL_SOURCE`` is set (the test that proves the cell works points it at a local
+git checkout); when the clone fails it stops with one line saying to set ``repository.url`` and sync again. It
+never installs torch or numpy: hoplib's requirements are ranges that Colab's preinstalled versions satisfy.
 """
 
 from __future__ import annotations
@@ -31,23 +34,42 @@ import jupytext
 import nbformat
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from colab_markdown import convert_cells, load_book  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
 
 INSTALL_CELL = '''\
-# Colab setup, generated from _config.yml (not part of the chapter's source). On Google Colab it clones the
-# book's repository (for hoplib and the stored results), installs hoplib from it and moves into the chapter's
-# folder; anywhere else it does nothing. torch and numpy are never reinstalled.
+# Colab setup, generated from _config.yml (not part of the chapter's source). On Google Colab
+# it clones the book's repository (for hoplib and the stored results), installs hoplib from it
+# and moves into the chapter's folder; anywhere else it does nothing.
+# torch and numpy are never reinstalled.
 import os
 import subprocess
 import sys
 
+
+class SetupError(Exception):
+    def _render_traceback_(self):  # IPython and Colab print this one line instead of a traceback
+        return [f"SetupError: {{self}}"]
+
+
+os.environ["HOPLIB_PLAIN_NOTEBOOK"] = "1"  # not the book build: glue leaves figures in place
 if "google.colab" in sys.modules or os.environ.get("HOPLIB_INSTALL_SOURCE"):
     book_dir = os.path.abspath("{name}")
     if not os.path.isdir(book_dir):
-        source = os.environ.get("HOPLIB_INSTALL_SOURCE")
-        branch = [] if source else ["--branch", "{branch}"]
-        subprocess.check_call(["git", "clone", "--quiet", "--depth", "1", *branch, source or "{url}", book_dir])
+        local = os.environ.get("HOPLIB_INSTALL_SOURCE")  # a test's stand-in checkout
+        source = local or "{url}"
+        branch = [] if local else ["--branch", "{branch}"]
+        git = ["git", "clone", "--quiet", "--depth", "1", *branch, source, book_dir]
+        env = {{**os.environ, "GIT_TERMINAL_PROMPT": "0"}}  # fail, never ask for a password
+        clone = subprocess.run(git, capture_output=True, text=True, env=env)
+        if clone.returncode != 0:
+            why = (clone.stderr.strip().splitlines() or ["git clone failed"])[-1]
+            raise SetupError(f"cannot clone {{source}} ({{why}}); set repository.url in "
+                             "_config.yml to the book's public repository, then run: "
+                             "python scripts/notebooks.py sync")
         subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "-e", book_dir])
     os.chdir(os.path.join(book_dir, "chapters"))
     sys.path.insert(0, book_dir)  # the running kernel sees the fresh install at once'''
@@ -65,8 +87,13 @@ def chapter_sources() -> list[Path]:
 
 
 def to_notebook(md_path: Path, with_install_cell: bool = True) -> nbformat.NotebookNode:
-    """Convert one MyST chapter to a notebook with deterministic cell ids (and the Colab install cell)."""
+    """Convert one MyST chapter to a notebook with deterministic cell ids (and the Colab install cell).
+
+    Its Markdown cells are rewritten into plain Markdown that Jupyter and Colab render (``colab_markdown``).
+    """
     nb = jupytext.read(md_path, fmt="md:myst")
+    convert_cells(nb.cells, f"chapters/{md_path.stem}", load_book(ROOT))
+    nb.cells = [c for c in nb.cells if c.cell_type != "markdown" or c.source.strip()]
     if with_install_cell:
         cell = nbformat.v4.new_code_cell(INSTALL_CELL.format(**repository()))
         cell.metadata["tags"] = ["colab-install", "hide-output"]
@@ -104,17 +131,33 @@ def strip_outputs(nb: nbformat.NotebookNode) -> str:
     return render(nb)
 
 
+def _chapter_code(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in nb.cells if c.cell_type == "code" and "colab-install" not in c.metadata.get("tags", [])]
+
+
+def _same_code(old: nbformat.NotebookNode, new: nbformat.NotebookNode) -> bool:
+    """Whether the chapter's code cells (not the install cell, not the Markdown) are unchanged."""
+    return [c.source for c in _chapter_code(old)] == [c.source for c in _chapter_code(new)]
+
+
+def _code_twin(old: nbformat.NotebookNode, new: nbformat.NotebookNode, i: int) -> nbformat.NotebookNode:
+    """The cell of ``old`` that is the same chapter code cell as ``new.cells[i]``."""
+    position = next(k for k, c in enumerate(_chapter_code(new)) if c is new.cells[i])
+    return _chapter_code(old)[position]
+
+
 def _fill_checked_outputs(nb: nbformat.NotebookNode, md: Path, old: nbformat.NotebookNode | None) -> None:
     """Give cells tagged ``nbval-check-output`` their reference outputs, which nbval then compares.
 
-    They are kept from the existing notebook when its sources are unchanged; otherwise the chapter is executed
-    once, in its default (quick, CPU) parameters, and only those cells' outputs are stored.
+    They are kept from the existing notebook when its chapter code cells are unchanged (edits to the Markdown
+    or to the install cell do not matter); otherwise the chapter is executed once, in its default (quick, CPU)
+    parameters, and only those cells' outputs are stored.
     """
     idx = _checked(nb)
     if not idx:
         return
-    if old is not None and strip_outputs(old) == strip_outputs(nb) and all(old.cells[i].outputs for i in idx):
-        source = old
+    if old is not None and _same_code(old, nb) and all(_code_twin(old, nb, i).outputs for i in idx):
+        outputs = [_code_twin(old, nb, i).outputs for i in idx]
     else:
         from nbclient import NotebookClient
 
@@ -124,8 +167,9 @@ def _fill_checked_outputs(nb: nbformat.NotebookNode, md: Path, old: nbformat.Not
                 cell.source = "pass"
         NotebookClient(source, timeout=600, kernel_name="python3",
                        resources={"metadata": {"path": str(md.parent)}}).execute()
-    for i in idx:
-        nb.cells[i].outputs = source.cells[i].outputs
+        outputs = [source.cells[i].outputs for i in idx]
+    for i, out in zip(idx, outputs, strict=True):
+        nb.cells[i].outputs = out
         nb.cells[i].execution_count = i  # nbval only compares cells that record an execution
 
 

@@ -9,6 +9,7 @@ papermill runner sets it) and writes nothing during the book build.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,8 @@ def glue(name: str, value: Any, display: bool = False) -> None:
     matplotlib figure is closed afterwards, so it appears once, where ``{glue:figure}`` places it (outside the
     book, e.g. on Colab, the figure is left open and Jupyter's inline backend shows it in place).
     """
+    if os.environ.get("HOPLIB_PLAIN_NOTEBOOK"):  # set by the Colab install cell: show figures in place
+        return
     try:
         from myst_nb import glue as _glue
     except ImportError:  # pragma: no cover - only outside the book's environment

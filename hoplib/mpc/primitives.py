@@ -21,6 +21,7 @@ Every round is a vectorised local step over all machines that only ever combines
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -352,6 +353,105 @@ def _host(level: int, j: np.ndarray, f: int, q: int) -> np.ndarray:
     return np.where(first + level < q, first + level, first)
 
 
+@dataclass(frozen=True)
+class _FillPlan:
+    """Public parameters of one :func:`forward_fill`: the table, its flag column, q machines, fan-out f of
+    the scan tree and the record width w."""
+
+    name: str
+    flag_col: int | None
+    q: int
+    f: int
+    w: int
+
+    def flags(self, t: Table) -> np.ndarray:
+        """Which records of ``t`` count as flagged (all of them when ``flag_col`` is None)."""
+        return np.ones(len(t), bool) if self.flag_col is None else t.data[:, self.flag_col] != 0
+
+    def hosted(self, level: int, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(node index, host machine) of the level's nodes hosted by the active machines."""
+        j = np.arange(-(-self.q // self.f**level))
+        h = _host(level, j, self.f, self.q)
+        keep = np.isin(h, active)
+        return j[keep], h[keep]
+
+    def prefix(self, pre: Table) -> tuple[np.ndarray, np.ndarray]:
+        """Per machine, (has, value) of the rows ``[node, has, value...]`` a node got from its parent."""
+        pre_has = np.zeros(self.q, bool)
+        pre_val = np.zeros((self.q, self.w), dtype=np.int64)
+        pre_has[pre.machine] = pre.data[:, 1] != 0
+        pre_val[pre.machine] = pre.data[:, 2:]
+        return pre_has, pre_val
+
+
+def _by_child(ch: Table) -> Table:
+    """Rows ``[parent, child slot, ...]`` sorted by (host machine, child slot)."""
+    order = np.lexsort((ch.data[:, 1], ch.machine))
+    return Table(ch.machine[order], ch.data[order])
+
+
+def _fill_up(ctx: RoundContext, mem: dict[str, Table], level: int, plan: _FillPlan):
+    """Way up of the :func:`forward_fill` scan: level-(level-1) nodes send their aggregate (last flagged
+    record) to their parent; at level 1 every machine first sorts its records and aggregates them."""
+    q, f = plan.q, plan.f
+    mem = dict(mem)
+    if level == 1:
+        t = local_sort(mem[plan.name])
+        mem[plan.name] = t
+        has, last = _last_flagged(t.machine, t.data, plan.flags(t), q)
+        nodes = ctx.active
+        src, n_has, n_last = nodes, has[nodes], last[nodes]
+    else:
+        ch = _by_child(mem.get(f"_up{level - 1}", _empty(plan.w + 3)))
+        has, last = _last_flagged(ch.machine, ch.data[:, 3:], ch.data[:, 2] != 0, q)
+        nodes, src = plan.hosted(level - 1, ctx.active)
+        n_has, n_last = has[src], last[src]
+    dest = _host(level, nodes // f, f, q)
+    data = np.column_stack([nodes // f, nodes % f, n_has.astype(np.int64), n_last])
+    return mem, {f"_up{level}": _msg(src, dest, data)}
+
+
+def _fill_down(ctx: RoundContext, mem: dict[str, Table], level: int, plan: _FillPlan):
+    """Way down of the :func:`forward_fill` scan: level-``level`` nodes send each child the last flagged
+    record before the child's span (from an earlier sibling, else from the node's own prefix)."""
+    q, f = plan.q, plan.f
+    mem = dict(mem)
+    ch = _by_child(mem.pop(f"_up{level}", _empty(plan.w + 3)))
+    pre_has, pre_val = plan.prefix(mem.pop(f"_dn{level}", _empty(plan.w + 2)))  # none at the root
+    m = ch.machine
+    n = len(m)
+    idx = np.where(ch.data[:, 2] != 0, np.arange(n), -1)
+    run = np.maximum.accumulate(idx) if n else idx
+    prev = np.r_[-1, run[:-1]] if n else run
+    first = np.r_[True, m[1:] != m[:-1]] if n else np.zeros(0, bool)
+    seg_start = np.maximum.accumulate(np.where(first, np.arange(n), 0)) if n else m
+    prev = np.where(prev >= seg_start, prev, -1)
+    out_has = np.where(prev >= 0, True, pre_has[m])
+    out_val = np.where((prev >= 0)[:, None], ch.data[np.maximum(prev, 0), 3:], pre_val[m])
+    child = ch.data[:, 0] * f + ch.data[:, 1]
+    dest = _host(level - 1, child, f, q) if level > 1 else child
+    data = np.column_stack([child, out_has.astype(np.int64), out_val])
+    return mem, {f"_dn{level - 1}": _msg(m, dest, data)}
+
+
+def _fill_finish_single(ctx: RoundContext, mem: dict[str, Table], plan: _FillPlan) -> dict[str, Table]:
+    """The deferred local step of :func:`forward_fill` on a single machine (no scan tree)."""
+    mem = dict(mem)
+    t = local_sort(mem[plan.name])
+    mem[plan.name] = _fill_local(t, plan.flags(t), np.zeros(plan.q, bool), np.zeros((plan.q, plan.w), np.int64))
+    return mem
+
+
+def _fill_finish(ctx: RoundContext, mem: dict[str, Table], plan: _FillPlan) -> dict[str, Table]:
+    """The deferred local step of :func:`forward_fill`: each machine attaches to its records the last earlier
+    flagged record, from its own records or else from the prefix the scan brought it."""
+    mem = dict(mem)
+    pre_has, pre_val = plan.prefix(mem.pop("_dn0", _empty(plan.w + 2)))
+    t = mem[plan.name]
+    mem[plan.name] = _fill_local(t, plan.flags(t), pre_has, pre_val)
+    return mem
+
+
 def forward_fill(sim: MPCSimulator, name: str, flag_col: int | None = None, *, fanout: int | None = None) -> None:
     """After this, table ``name`` (sorted by (machine, column 0), as :func:`sample_sort` leaves it) has
     1 + w more columns: a validity bit and the last earlier record (global order) whose column ``flag_col`` is
@@ -361,88 +461,15 @@ def forward_fill(sim: MPCSimulator, name: str, flag_col: int | None = None, *, f
     w = sim.table(name).width
     f = fanout or max(2, s // (4 * (w + 3)))
     depth = tree_depth(q, f)
-
-    def flags(t: Table) -> np.ndarray:
-        return np.ones(len(t), bool) if flag_col is None else t.data[:, flag_col] != 0
-
-    def hosted(level: int, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(node index, host machine) of the level's nodes hosted by the active machines."""
-        j = np.arange(-(-q // f**level))
-        h = _host(level, j, f, q)
-        keep = np.isin(h, active)
-        return j[keep], h[keep]
-
-    def up(ctx: RoundContext, mem: dict[str, Table], level: int):
-        """Level-(level-1) nodes send their aggregate (last flagged record) to their parent."""
-        mem = dict(mem)
-        if level == 1:
-            t = local_sort(mem[name])
-            mem[name] = t
-            has, last = _last_flagged(t.machine, t.data, flags(t), q)
-            nodes = ctx.active
-            src, n_has, n_last = nodes, has[nodes], last[nodes]
-        else:
-            ch = mem.get(f"_up{level - 1}", _empty(w + 3))
-            order = np.lexsort((ch.data[:, 1], ch.machine))
-            ch = Table(ch.machine[order], ch.data[order])
-            has, last = _last_flagged(ch.machine, ch.data[:, 3:], ch.data[:, 2] != 0, q)
-            nodes, src = hosted(level - 1, ctx.active)
-            n_has, n_last = has[src], last[src]
-        dest = _host(level, nodes // f, f, q)
-        data = np.column_stack([nodes // f, nodes % f, n_has.astype(np.int64), n_last])
-        return mem, {f"_up{level}": _msg(src, dest, data)}
-
-    def down(ctx: RoundContext, mem: dict[str, Table], level: int):
-        """Level-``level`` nodes send each child the last flagged record before the child's span."""
-        mem = dict(mem)
-        ch = mem.pop(f"_up{level}", _empty(w + 3))
-        order = np.lexsort((ch.data[:, 1], ch.machine))
-        ch = Table(ch.machine[order], ch.data[order])
-        pre = mem.pop(f"_dn{level}", _empty(w + 2))  # rows [node, has, value]; none at the root
-        pre_has = np.zeros(q, bool)
-        pre_val = np.zeros((q, w), dtype=np.int64)
-        pre_has[pre.machine] = pre.data[:, 1] != 0
-        pre_val[pre.machine] = pre.data[:, 2:]
-        m = ch.machine
-        n = len(m)
-        idx = np.where(ch.data[:, 2] != 0, np.arange(n), -1)
-        run = np.maximum.accumulate(idx) if n else idx
-        prev = np.r_[-1, run[:-1]] if n else run
-        first = np.r_[True, m[1:] != m[:-1]] if n else np.zeros(0, bool)
-        seg_start = np.maximum.accumulate(np.where(first, np.arange(n), 0)) if n else m
-        prev = np.where(prev >= seg_start, prev, -1)
-        out_has = np.where(prev >= 0, True, pre_has[m])
-        out_val = np.where((prev >= 0)[:, None], ch.data[np.maximum(prev, 0), 3:], pre_val[m])
-        child = ch.data[:, 0] * f + ch.data[:, 1]
-        dest = _host(level - 1, child, f, q) if level > 1 else child
-        data = np.column_stack([child, out_has.astype(np.int64), out_val])
-        return mem, {f"_dn{level - 1}": _msg(m, dest, data)}
-
+    plan = _FillPlan(name, flag_col, q, f, w)
     if depth == 0:  # a single machine: nothing to communicate
-        def finish_single(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
-            mem = dict(mem)
-            t = local_sort(mem[name])
-            mem[name] = _fill_local(t, flags(t), np.zeros(q, bool), np.zeros((q, w), np.int64))
-            return mem
-        sim.defer(finish_single)
+        sim.defer(lambda ctx, mem: _fill_finish_single(ctx, mem, plan))
         return
     for level in range(1, depth + 1):
-        sim.round(lambda ctx, mem, level=level: up(ctx, mem, level))
+        sim.round(lambda ctx, mem, level=level: _fill_up(ctx, mem, level, plan))
     for level in range(depth, 0, -1):
-        sim.round(lambda ctx, mem, level=level: down(ctx, mem, level))
-
-    def finish(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
-        mem = dict(mem)
-        pre = mem.pop("_dn0", _empty(w + 2))
-        pre_has = np.zeros(q, bool)
-        pre_val = np.zeros((q, w), dtype=np.int64)
-        pre_has[pre.machine] = pre.data[:, 1] != 0
-        pre_val[pre.machine] = pre.data[:, 2:]
-        t = mem[name]
-        mem[name] = _fill_local(t, flags(t), pre_has, pre_val)
-        return mem
-
-    sim.defer(finish)
+        sim.round(lambda ctx, mem, level=level: _fill_down(ctx, mem, level, plan))
+    sim.defer(lambda ctx, mem: _fill_finish(ctx, mem, plan))
 
 
 def _fill_local(t: Table, flag: np.ndarray, pre_has: np.ndarray, pre_val: np.ndarray) -> Table:

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from hoplib._book.cli import run_cli
 from hoplib._book.device import get_device
 from hoplib._book.provenance import atomic_write_text
 from hoplib._book.validate import check_choice
@@ -296,14 +297,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 def cli(argv: list[str] | None = None) -> int:
     """:func:`main` with one-line errors: exit 2 for a user error, 1 if some runs of the grid diverged."""
-    try:
-        main(argv)
-    except SystemExit as exc:  # argparse's one-line errors (status 2), --help (0)
-        return exc.code if isinstance(exc.code, int) else 1
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":

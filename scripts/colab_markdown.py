@@ -1,0 +1,476 @@
+"""MyST Markdown -> the plain Markdown that Jupyter and Colab render, for the generated notebooks (issue 16).
+
+The book's chapters use Jupyter Book syntax that a notebook viewer shows raw: ``{prf:theorem}`` boxes,
+admonitions, ``{cite:p}`` citations, ``{ref}``/``{numref}``/``{prf:ref}``/``{doc}`` cross references, ``(label)=``
+targets, ``{glue:text}`` values, ``{glue:figure}`` blocks, exercises and solutions, and the math macros of
+``_config.yml``. :func:`convert_cells` rewrites the Markdown cells of a chapter notebook:
+
+- prf boxes and admonitions become block quotes with a bold title (``> **Theorem 4.2 of the paper (...).** ...``);
+  exercises become a bold "Exercise" block quote and solutions a collapsed HTML ``<details>`` block; the code
+  cells of a gated solution (``solution-start`` ... ``solution-end``) stay code cells, collapsed, after a note;
+- citations become author-year text read from ``references.bib``; cross references become text, linked to the
+  web book (GitHub Pages of ``repository.url``) when the target is in another page;
+- ``{glue:text}`name``` becomes a marker naming the value (it is computed when the notebook runs), and a
+  ``{glue:figure}`` block its caption in italics (the figure is the output of the cell that draws it);
+- the macros of ``sphinx.config.mathjax3_config`` are expanded.
+
+Anything it cannot resolve (an unknown citation key or reference target) raises ``ValueError``: the book build
+fails on those too.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:.-]+)\}[ \t]*(?P<arg>.*?)\s*$")
+PLAIN_FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})")
+LABEL_LINE = re.compile(r"^\((?P<label>[^()\s]+)\)=\s*$")
+OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*)$")
+INLINE = re.compile(r"\{(?P<role>[\w:.-]+)\}(?P<tick>`+)(?P<content>.+?)(?P=tick)|(?P<code>(?P<ct>`+).+?(?P=ct))"
+                    r"|\[(?P<text>[^\]\n]*)\]\((?P<href>#[\w.:-]+|[\w./-]+\.(?:md|ipynb)(?:#[\w.:-]+)?)\)", re.S)
+BLOCK_START = re.compile(r"^\s*([-*+>#|]|\d+[.)]\s|\$\$|```|<)")
+PAPER_TITLE = re.compile(r"^(?P<name>.*?)\s*\((?P<kind>[A-Z][a-z]+) (?P<num>[A-Z]?[\d.]+) of the paper"
+                         r"(?:, (?P<rest>.*))?\)$")
+PRF_KINDS = ("Theorem", "Lemma", "Corollary", "Proposition", "Definition", "Conjecture", "Proof", "Remark",
+             "Example", "Algorithm", "Axiom", "Criterion", "Observation", "Property", "Assumption", "Notation")
+ADMONITIONS = ("note", "tip", "hint", "important", "warning", "caution", "attention", "danger", "error",
+               "seealso", "admonition", "margin", "sidebar", "topic", "epigraph")
+GLUE_ROLES = ("glue", "glue:", "glue:text", "glue:md", "glue:math", "glue:any")
+ACCENTS = {"'": "\u0301", "`": "\u0300", "^": "\u0302", '"': "\u0308", "~": "\u0303", "=": "\u0304",
+           ".": "\u0307", "k": "\u0328", "c": "\u0327", "v": "\u030c", "u": "\u0306", "H": "\u030b"}
+LETTERS = {"L": "Ł", "l": "ł", "o": "ø", "O": "Ø", "ss": "ß", "ae": "æ", "AE": "Æ", "aa": "å", "i": "ı"}
+
+
+# --------------------------------------------------------------------------------------------- the book's data
+@dataclass(frozen=True)
+class Target:
+    """A place a cross reference can point at: its text, the page (``chapters/hop_task``) and its kind."""
+
+    text: str
+    doc: str
+    kind: str  # "chapter", "section", "prf", "figure", "exercise", "other"
+
+
+@dataclass
+class Book:
+    """What conversion needs from the whole book: citations, reference targets, macros, the web book's URL."""
+
+    citations: dict[str, tuple[str, str]]  # key -> (authors as cited, year)
+    targets: dict[str, Target]
+    macros: dict[str, tuple[str, int]]  # name -> (body, number of arguments)
+    url: str | None
+
+
+@dataclass
+class Chapter:
+    """The state of one chapter's conversion: where it is, which figures came before, whether inside a solution."""
+
+    doc: str
+    book: Book
+    seen: set[str] = field(default_factory=set)
+    in_solution: bool = False
+
+
+def latex_to_text(text: str) -> str:
+    """Plain Unicode for the LaTeX of a .bib field: accents (``{\\'e}`` -> é), ``\\L`` -> Ł, braces dropped."""
+    text = re.sub(r"\\([`'^\"~=.]|[kcvuH](?![A-Za-z]))\s*\{?\s*([A-Za-z])\}?",
+                  lambda m: m[2] + ACCENTS[m[1]], text)
+    text = re.sub(r"\\(ss|ae|AE|aa|[LloOi])(?![A-Za-z])", lambda m: LETTERS[m[1]], text)
+    return unicodedata.normalize("NFC", re.sub(r"[{}]", "", text)).strip()
+
+
+def _braced(text: str, start: int) -> str:
+    """The content of the brace group opening at ``text[start]`` (nested braces allowed)."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1:i]
+    raise ValueError(f"unbalanced braces in .bib entry near {text[start:start + 40]!r}")
+
+
+def _field(entry: str, name: str) -> str | None:
+    m = re.search(rf"\b{name}\s*=\s*", entry, re.I)
+    if m is None:
+        return None
+    rest = entry[m.end():]
+    if rest.startswith("{"):
+        return _braced(rest, 0)
+    if rest.startswith('"'):
+        return rest[1:].split('"', 1)[0]
+    return re.match(r"[\w.-]*", rest)[0]
+
+
+def _surname(name: str) -> str:
+    name = latex_to_text(name)
+    return name.split(",")[0].strip() if "," in name else name.split()[-1]
+
+
+def parse_bib(text: str) -> dict[str, tuple[str, str]]:
+    """Citation key -> (authors as cited: "Sanford", "Coy and Czumaj" or "Sanford et al.", year)."""
+    entries = {}
+    for m in re.finditer(r"@(\w+)\s*\{\s*([^,\s]+)\s*,", text):
+        if m[1].lower() in ("comment", "string", "preamble"):
+            continue
+        body = _braced(text, m.end(0) - len(m[0]) + m[0].index("{"))
+        authors = _field(body, "author") or _field(body, "editor") or _field(body, "title") or m[2]
+        names = [n for n in re.split(r"\s+and\s+", authors.strip()) if n.strip()]
+        others = bool(names) and names[-1].strip() == "others"
+        surnames = [_surname(n) for n in names if n.strip() != "others"]
+        if len(surnames) == 1 and not others:
+            cited = surnames[0]
+        elif len(surnames) == 2 and not others:
+            cited = f"{surnames[0]} and {surnames[1]}"
+        else:
+            cited = f"{surnames[0]} et al."
+        entries[m[2]] = (cited, latex_to_text(_field(body, "year") or "n.d."))
+    return entries
+
+
+def book_url(repository_url: str) -> str | None:
+    """The web book's address for a GitHub repository (its GitHub Pages site), else ``None``."""
+    m = re.match(r"^https://github\.com/([\w.-]+)/([\w.-]+?)(?:\.git)?/?$", repository_url)
+    return f"https://{m[1].lower()}.github.io/{m[2]}" if m else None
+
+
+def mathjax_macros(config: dict) -> dict[str, tuple[str, int]]:
+    """The macros of ``sphinx.config.mathjax3_config.tex.macros``: ``"body"`` or ``["body", n_args]``."""
+    macros = (((config.get("sphinx") or {}).get("config") or {}).get("mathjax3_config") or {})
+    macros = (macros.get("tex") or {}).get("macros") or {}
+    out = {}
+    for name, value in macros.items():
+        body, n = (value, 0) if isinstance(value, str) else (value[0], int(value[1]))
+        out[name] = (body, n)
+    return out
+
+
+def expand_macros(text: str, macros: dict[str, tuple[str, int]]) -> str:
+    """Replace ``\\name`` (and its ``{arg}`` groups) by the macro's body; longer names first."""
+    for name in sorted(macros, key=len, reverse=True):
+        body, n = macros[name]
+        args = r"\s*\{([^{}]*)\}" * n
+        pattern = re.compile(rf"\\{re.escape(name)}(?![A-Za-z]){args}")
+        text = pattern.sub(lambda m, body=body: re.sub(r"#(\d)", lambda a: m[int(a[1])], body), text)
+    return text
+
+
+# ------------------------------------------------------------------------------------------ directive parsing
+def find_close(lines: list[str], start: int, fence: str) -> int:
+    """Index of the line closing the fence opened at ``lines[start]`` (``len(lines)`` if it is never closed)."""
+    for j in range(start + 1, len(lines)):
+        s = lines[j].strip()
+        if s and set(s) == {fence[0]} and len(s) >= len(fence):
+            return j
+    return len(lines)
+
+
+def split_options(body: list[str]) -> tuple[dict[str, str], list[str]]:
+    """A directive's ``:key: value`` options (or ``---`` YAML block) and the lines of its content."""
+    options: dict[str, str] = {}
+    if body and body[0].strip() == "---":
+        end = next((i for i in range(1, len(body)) if body[i].strip() == "---"), 0)
+        options = {str(k): str(v) for k, v in (yaml.safe_load("\n".join(body[1:end])) or {}).items()}
+        return options, body[end + 1:]
+    i = 0
+    while i < len(body) and (m := OPTION.match(body[i])):
+        options[m["key"]] = m["value"].strip()
+        i += 1
+    return options, body[i:]
+
+
+def prf_heading(name: str, arg: str) -> str:
+    """The title of a prf box, e.g. "Theorem 4.2 of the paper (Log-depth construction)"."""
+    kind = name.split(":", 1)[1].capitalize()
+    arg = arg.strip()
+    m = PAPER_TITLE.match(arg)
+    if not arg:
+        return kind
+    if arg.split()[0] in PRF_KINDS:
+        return arg
+    if m and m["kind"] == kind:
+        inner = ", ".join(part for part in (m["name"], m["rest"]) if part)
+        return f"{kind} {m['num']} of the paper ({inner})" if inner else f"{kind} {m['num']} of the paper"
+    return f"{kind}: {arg}"
+
+
+def iter_directives(text: str):
+    """Every directive of ``text``, nested ones included: ``(name, argument, options, content)``."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = OPEN.match(lines[i])
+        if m is None:
+            i += 1
+            continue
+        end = find_close(lines, i, m["fence"])
+        options, content = split_options(lines[i + 1:end])
+        yield m["name"], m["arg"], options, "\n".join(content)
+        yield from iter_directives("\n".join(content))
+        i = end + 1
+
+
+def scan_targets(path: Path, doc: str) -> dict[str, Target]:
+    """The reference targets defined in one page: ``(label)=`` before a heading, labelled directives."""
+    text = path.read_text(encoding="utf-8")
+    targets: dict[str, Target] = {}
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if m := LABEL_LINE.match(line):
+            heading = next((s for s in lines[i + 1:] if s.strip()), "")
+            h = re.match(r"^(#+)\s+(.*)$", heading)
+            title, kind = (h[2].strip(), "chapter" if len(h[1]) == 1 else "section") if h else (m["label"], "other")
+            targets[m["label"]] = Target(title, doc, kind)
+    for name, arg, options, _ in iter_directives(text):
+        label = options.get("label") or options.get("name")
+        if not label:
+            continue
+        if name.startswith("prf:"):
+            targets[label] = Target(prf_heading(name, arg), doc, "prf")
+        elif name in ("glue:figure", "figure"):
+            targets[label] = Target("the figure", doc, "figure")
+        elif name in ("exercise", "exercise-start"):
+            targets[label] = Target(f"Exercise ({arg})" if arg else "the exercise", doc, "exercise")
+        else:
+            targets[label] = Target(arg or label, doc, "other")
+    return targets
+
+
+def load_book(root: Path) -> Book:
+    """Read references.bib, the pages of _toc.yml and _config.yml of the book at ``root``."""
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    citations: dict[str, tuple[str, str]] = {}
+    for bib in config.get("bibtex_bibfiles", []):
+        if (root / bib).exists():
+            citations.update(parse_bib((root / bib).read_text(encoding="utf-8")))
+    pages = sorted(root.glob("*.md")) + sorted((root / "chapters").glob("*.md"))
+    targets: dict[str, Target] = {}
+    for page in pages:
+        if page.name not in ("README.md", "CONTRIBUTING.md"):
+            targets.update(scan_targets(page, page.relative_to(root).with_suffix("").as_posix()))
+    url = book_url(str((config.get("repository") or {}).get("url", "")).rstrip("/"))
+    return Book(citations, targets, mathjax_macros(config), url)
+
+
+# ------------------------------------------------------------------------------------------------ inline roles
+def cite(role: str, content: str, book: Book) -> str:
+    """``{cite:p}`a,b``` -> "(A et al., 2024; B, 2023)"; ``{cite:t}`a``` -> "A et al. (2024)"."""
+    parts = []
+    for key in (k.strip() for k in content.split(",")):
+        if key not in book.citations:
+            raise ValueError(f"unknown citation key {key!r}: add it to references.bib")
+        parts.append(book.citations[key])
+    kind = role.split(":", 1)[1] if ":" in role else "p"
+    if kind in ("t", "ts"):
+        return " and ".join(f"{who} ({year})" for who, year in parts)
+    if kind == "author":
+        return " and ".join(who for who, _ in parts)
+    if kind in ("year", "yearpar"):
+        years = "; ".join(year for _, year in parts)
+        return f"({years})" if kind == "yearpar" else years
+    inner = "; ".join(f"{who}, {year}" for who, year in parts)
+    return inner if kind == "alp" else f"({inner})"
+
+
+def _explicit(content: str) -> tuple[str | None, str]:
+    """``text <label>`` -> (text, label); ``label`` -> (None, label)."""
+    m = re.match(r"^(.*?)\s*<([^<>]+)>$", content.strip(), re.S)
+    return (m[1].strip() or None, m[2].strip()) if m else (None, content.strip())
+
+
+def _doc_label(label: str, chapter: Chapter) -> str:
+    """The page a ``{doc}`` path names, relative to the chapter's folder (or to the book's root with "/")."""
+    base = [] if label.startswith("/") else chapter.doc.split("/")[:-1]
+    for part in label.strip("/").removesuffix(".md").removesuffix(".ipynb").split("/"):
+        base = base[:-1] if part == ".." else base + ([part] if part not in (".", "") else [])
+    return "/".join(base)
+
+
+def reference(role: str, content: str, chapter: Chapter) -> str:
+    """A cross reference as text, linked to the web book when its target is on another page."""
+    text, label = _explicit(content)
+    book = chapter.book
+    if role == "doc":
+        doc = _doc_label(label, chapter)
+        title = next((t.text for t in book.targets.values() if t.doc == doc and t.kind == "chapter"), None)
+        target = Target(title or doc.rsplit("/", 1)[-1].replace("_", " "), doc, "page")
+        anchor = ""
+    else:
+        if label not in book.targets:
+            raise ValueError(f"unknown reference target {label!r} in {chapter.doc}")
+        target = book.targets[label]
+        anchor = "" if target.kind == "chapter" else f"#{label}"
+    shown = text or target.text
+    if target.kind == "figure" and text is None:
+        if target.doc == chapter.doc:
+            return "the figure above" if label in chapter.seen else "the figure below"
+        shown = "a figure of another chapter"
+    if text and "{number}" in text:
+        shown = text.replace("{number}", "").strip()
+    if target.doc == chapter.doc or book.url is None:
+        return shown
+    return f"[{shown}]({book.url}/{target.doc}.html{anchor})"
+
+
+def markdown_link(text: str, href: str, chapter: Chapter) -> str:
+    """A MyST link to a label (``#label``) or to a page (``other.md#anchor``), as a reference."""
+    if href.startswith("#"):
+        return reference("ref", f"{text} <{href[1:]}>", chapter) if href[1:] in chapter.book.targets else text
+    page, _, anchor = href.partition("#")
+    doc = _doc_label(page, chapter)
+    if doc == chapter.doc or chapter.book.url is None:
+        return text
+    return f"[{text}]({chapter.book.url}/{doc}.html{'#' + anchor if anchor else ''})"
+
+
+def convert_role(role: str, content: str, chapter: Chapter) -> str:
+    """One ``{role}`content``` as plain Markdown."""
+    if role in GLUE_ROLES:
+        return f"*(computed in the notebook: {content.split(':', 1)[0].strip()})*"
+    if role == "cite" or role.startswith("cite:"):
+        return cite(role, content, chapter.book)
+    if role in ("ref", "numref", "prf:ref", "doc", "any", "eq", "exercise", "solution"):
+        return f"({content})" if role == "eq" else reference(role, content, chapter)
+    if role == "math":
+        return f"${content}$"
+    if role in ("sub", "sup"):
+        return f"<{role}>{content}</{role}>"
+    return _explicit(content)[0] or _explicit(content)[1]  # abbr, term, kbd, ...: the text itself
+
+
+def convert_inline(text: str, chapter: Chapter) -> str:
+    """Replace every role of a run of Markdown lines; code spans are left as they are."""
+    def one(m: re.Match) -> str:
+        if m["code"]:
+            return m[0]
+        if m["href"]:
+            return markdown_link(m["text"], m["href"], chapter)
+        out = convert_role(m["role"], m["content"], chapter)
+        before = m.string[:m.start()].rstrip()
+        return out[:1].upper() + out[1:] if (not before or before.endswith((".", "!", "?"))) else out
+
+    return INLINE.sub(one, text)
+
+
+# --------------------------------------------------------------------------------------------------- directives
+def quote(title: str, body: str) -> str:
+    """A Markdown block quote opening with a bold title."""
+    title = title if title.endswith((".", "?", "!", ":")) else f"{title}."
+    lines = body.strip("\n").split("\n") if body.strip() else []
+    head = f"**{title}**"
+    if lines and not BLOCK_START.match(lines[0]):
+        lines[0] = f"{head} {lines[0].strip()}"
+    else:
+        lines = [head, ""] + lines
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in lines)
+
+
+def details(summary: str, body: str) -> str:
+    """A collapsed HTML block; the blank lines let Jupyter and Colab render the Markdown inside."""
+    return f"<details>\n<summary>{summary}</summary>\n\n{body.strip()}\n\n</details>"
+
+
+def render_directive(name: str, arg: str, options: dict[str, str], body: str, chapter: Chapter) -> str:
+    """A converted directive (``body`` is already converted)."""
+    label = options.get("label") or options.get("name")
+    if label:
+        chapter.seen.add(label)
+    if name.startswith("prf:"):
+        return quote(prf_heading(name, arg), body)
+    if name in ("exercise", "exercise-start"):
+        return quote(f"Exercise ({arg})" if arg else "Exercise", body)
+    if name == "solution":
+        return details("Solution", body)
+    if name in ("glue:figure", "glue", "glue:any", "glue:math", "glue:md", "figure"):
+        caption = " ".join(body.split())
+        shown = f"*Figure above: {caption}*" if caption and "*" not in caption else caption
+        if name == "figure":
+            return f"![{caption}]({arg})" + (f"\n\n{shown}" if caption else "")
+        return shown if name == "glue:figure" else f"*(computed in the notebook: {arg})*"
+    if name == "dropdown":
+        return details(arg or "Details", body)
+    if name in ADMONITIONS:
+        title = arg if name == "admonition" and arg else (arg or name.capitalize())
+        return quote(title if name != "seealso" else "See also", body)
+    if name in ("math", "equation"):
+        return f"$$\n{body.strip()}\n$$"
+    if name in ("code-block", "code", "sourcecode"):
+        return f"```{arg}\n{body.strip(chr(10))}\n```"
+    if name == "exercise-end":
+        return ""
+    return quote(arg or name.replace("-", " ").capitalize(), body)
+
+
+# ------------------------------------------------------------------------------------------------------- cells
+def convert_text(text: str, chapter: Chapter, top: bool = True) -> str:
+    """Convert one Markdown cell (or a directive's content when ``top`` is false)."""
+    lines = text.split("\n")
+    out: list[str] = []
+    solution: list[str] | None = [] if (top and chapter.in_solution) else None
+    summary = "Solution (continued)"
+    run: list[str] = []
+
+    def emit(piece: str) -> None:
+        (solution if solution is not None else out).append(piece)
+
+    def flush() -> None:
+        if run:
+            emit(convert_inline("\n".join(run), chapter))
+            run.clear()
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if (m := OPEN.match(line)) is not None:
+            flush()
+            end = find_close(lines, i, m["fence"])
+            options, content = split_options(lines[i + 1:end])
+            name = m["name"]
+            if top and name == "solution-start":
+                solution, summary, chapter.in_solution = [], "Solution", True
+            elif top and name == "solution-end":
+                if solution is not None and "".join(solution).strip():
+                    out.append(details(summary, "\n".join(solution)))
+                solution, chapter.in_solution = None, False
+            else:
+                body = convert_text("\n".join(content), chapter, top=False)
+                emit(render_directive(name, m["arg"], options, body, chapter))
+            i = end + 1
+        elif (m := PLAIN_FENCE.match(line)) is not None:
+            flush()
+            end = find_close(lines, i, m["fence"])
+            emit("\n".join(lines[i:end + 1]))
+            i = end + 1
+        elif LABEL_LINE.match(line):
+            flush()
+            i += 1
+        else:
+            run.append(line)
+            i += 1
+    flush()
+    if solution is not None and "".join(solution).strip():
+        out.append(details(summary, "\n".join(solution)))
+    result = expand_macros("\n".join(out), chapter.book.macros) if top else "\n".join(out)
+    return re.sub(r"\n{3,}", "\n\n", result).strip("\n")
+
+
+SOLUTION_NOTE = ("*Solution (code): the collapsed code cell below. Try the exercise first; the cell runs with the "
+                 "others either way.*")
+
+
+def convert_cells(cells: list, doc: str, book: Book) -> None:
+    """Convert the Markdown cells of a chapter notebook in place, and collapse the code cells of solutions."""
+    chapter = Chapter(doc, book)
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "markdown":
+            cell.source = convert_text(cell.source, chapter)
+        elif cell.cell_type == "code" and chapter.in_solution:
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+            cell.metadata["cellView"] = "form"  # Colab shows a collapsed "Show code" cell
+            before = cells[i - 1] if i else None
+            if before is not None and before.cell_type == "markdown" and SOLUTION_NOTE not in before.source:
+                before.source = f"{before.source}\n\n{SOLUTION_NOTE}".lstrip("\n")

@@ -1,0 +1,253 @@
+"""The generated Colab notebooks render in Jupyter and Colab: no MyST syntax is left in their Markdown, the
+conversion of each MyST construct (scripts/colab_markdown.py) does what the book shows, and the install cell
+fails in one line when the repository cannot be cloned."""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import colab_markdown  # noqa: E402
+import notebooks  # noqa: E402
+
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+MYST_LEFTOVERS = {
+    "glue role or directive": r"\{glue",
+    "prf directive or role": r"\{prf:",
+    "citation": r"\{cite",
+    "ref role": r"\{ref\}",
+    "numref role": r"\{numref\}",
+    "doc role": r"\{doc\}",
+    "exercise directive": r"\{exercise\}",
+    "solution directive": r"\{solution",
+    "colon-fence directive": r":::\{",
+    "backtick-fence directive": r"```\{",
+    "(label)= target": r"^\(.*\)=$",
+    "\\hop macro": r"\\hop(?![A-Za-z])",
+    "\\find macro": r"\\find(?![A-Za-z])",
+    "\\bot macro": r"\\bot(?![A-Za-z])",
+}
+
+
+def exported_markdown(nb: nbformat.NotebookNode) -> str:
+    """The notebook's Markdown cells through nbconvert's plain Markdown exporter."""
+    from nbconvert import MarkdownExporter
+
+    only_text = nbformat.v4.new_notebook(cells=[c for c in nb.cells if c.cell_type == "markdown"])
+    body, _ = MarkdownExporter().from_notebook_node(only_text)
+    return body
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_generated_notebook_markdown_has_no_myst_syntax(md):
+    pytest.importorskip("nbconvert")
+    body = exported_markdown(nbformat.read(md.with_suffix(".ipynb"), as_version=4))
+    left = {what: re.findall(rf".{{0,30}}{pattern}.{{0,30}}", body, re.M)
+            for what, pattern in MYST_LEFTOVERS.items()}
+    assert not {k: v for k, v in left.items() if v}, f"MyST left in {md.with_suffix('.ipynb').name}"
+    assert body.count("<details>") == body.count("</details>"), "every collapsed solution is closed"
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_every_exercise_keeps_a_collapsed_solution(md):
+    source = md.read_text(encoding="utf-8")
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert text.count("> **Exercise") == source.count("{exercise}")
+    solutions = source.count("{solution}") + source.count("{solution-start}")
+    assert text.count("<summary>Solution</summary>") + text.count(colab_markdown.SOLUTION_NOTE) >= solutions
+    assert "{solution" not in text
+
+
+def write_book(root: Path, repository: str = "https://github.com/Owner/demo-book") -> Path:
+    """A two-chapter book with every MyST construct the converter handles; returns the main chapter."""
+    (root / "chapters").mkdir()
+    (root / "_config.yml").write_text(textwrap.dedent(f"""\
+        bibtex_bibfiles: [references.bib]
+        repository: {{url: {repository}, branch: main}}
+        sphinx:
+          config:
+            mathjax3_config:
+              tex:
+                macros: {{hop: "\\\\mathrm{{hop}}", bot: "\\\\perp", pair: ["\\\\langle #1, #2 \\\\rangle", 2]}}
+        """))
+    (root / "references.bib").write_text(textwrap.dedent("""\
+        @inproceedings{sanford2024transformers, title = {Transformers}, year = {2024},
+          author = {Sanford, Clayton and Hsu, Daniel and Telgarsky, Matus}}
+        @inproceedings{coy2022deterministic, title = {Connectivity}, year = 2022,
+          author = {Coy, Sam and Czumaj, Artur}}
+        @inproceedings{behnezhad2019near, title = {Near-optimal}, year = {2019},
+          author = {{\\L}{\\k{a}}cki, Jakub}}
+        """))
+    (root / "chapters" / "other.md").write_text("(chap-other)=\n# The other chapter\n\nText.\n")
+    main = root / "chapters" / "main.md"
+    main.write_text(DEMO_CHAPTER)
+    return main
+
+
+DEMO_CHAPTER = """\
+---
+jupytext:
+  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+
+(chap-main)=
+# Main
+
+As {cite:t}`sanford2024transformers` show {cite:p}`coy2022deterministic,behnezhad2019near`, see {ref}`chap-other`.
+The code span `{ref}` stays. Value {glue:text}`share_1` and $\\hop_k(x) = \\bot$, $\\pair{a}{b}$.
+
+:::{prf:theorem} Log-depth construction (Theorem 4.2 of the paper)
+:label: thm-demo
+
+For every $k$, depth $\\lceil \\log_2 k \\rceil + 2$ suffices.
+:::
+
+By {prf:ref}`thm-demo` and [the other chapter](other.md).
+
+```{code-cell} ipython3
+x = 1
+```
+
+```{glue:figure} fig_demo
+:name: fig-demo
+
+The *caption* of the figure.
+```
+
+```{note}
+A remark.
+```
+
+## Exercises
+
+````{exercise}
+:label: ex-demo
+
+Use {numref}`fig-demo`.
+````
+
+````{solution-start} ex-demo
+:class: dropdown
+````
+
+Explanation before the code.
+
+```{code-cell} ipython3
+answer = x + 1
+```
+
+````{solution-end}
+````
+
+After the exercise.
+"""
+
+
+@pytest.fixture
+def demo(tmp_path, monkeypatch):
+    main = write_book(tmp_path)
+    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
+    monkeypatch.setattr(notebooks, "CHAPTERS", tmp_path / "chapters")
+    return notebooks.to_notebook(main)
+
+
+def test_demo_chapter_citations_references_glue_and_macros_become_plain_text(demo):
+    text = "\n\n".join(c.source for c in demo.cells if c.cell_type == "markdown")
+    assert "As Sanford et al. (2024) show (Coy and Czumaj, 2022; Łącki, 2019)" in text
+    assert "[The other chapter](https://owner.github.io/demo-book/chapters/other.html)" in text
+    assert "[the other chapter](https://owner.github.io/demo-book/chapters/other.html)" in text
+    assert "The code span `{ref}` stays." in text
+    assert "*(computed in the notebook: share_1)*" in text
+    assert r"$\mathrm{hop}_k(x) = \perp$, $\langle a, b \rangle$" in text, "macros come from _config.yml"
+    assert "(chap-main)=" not in text and text.startswith("# Main")
+
+
+def test_demo_chapter_boxes_exercises_and_solutions_render_as_quotes_and_details(demo):
+    md = [c.source for c in demo.cells if c.cell_type == "markdown"]
+    text = "\n\n".join(md)
+    assert "> **Theorem 4.2 of the paper (Log-depth construction).** For every $k$, depth" in text
+    assert "By Theorem 4.2 of the paper (Log-depth construction) and" in text, "same-chapter prf:ref is text"
+    assert "*Figure above: The *caption* of the figure.*" not in text and "The *caption* of the figure." in text
+    assert "> **Note.** A remark." in text
+    assert "> **Exercise.** Use the figure above." in text
+    assert "<details>\n<summary>Solution</summary>\n\nExplanation before the code.\n\n</details>" in text
+    code = [c for c in demo.cells if c.cell_type == "code" and "colab-install" not in c.metadata.get("tags", [])]
+    assert [c.source for c in code] == ["x = 1", "answer = x + 1"], "solution code stays a code cell"
+    assert code[1].metadata["jupyter"]["source_hidden"] and code[1].metadata["cellView"] == "form"
+    assert "jupyter" not in code[0].metadata, "only solution code is collapsed"
+    before = demo.cells[demo.cells.index(code[1]) - 1]
+    assert before.cell_type == "markdown" and before.source.endswith(colab_markdown.SOLUTION_NOTE)
+    assert md[-1] == "After the exercise.", "the text after solution-end is not collapsed"
+
+
+def test_figure_caption_in_italics_and_unknown_keys_fail(tmp_path):
+    main = write_book(tmp_path)
+    book = colab_markdown.load_book(tmp_path)
+    chapter = colab_markdown.Chapter("chapters/main", book)
+    figure = "```{glue:figure} fig_x\n:name: fig-x\n\nError against\n$k$.\n```"
+    assert colab_markdown.convert_text(figure, chapter) == "*Figure above: Error against $k$.*"
+    with pytest.raises(ValueError, match="unknown citation key 'nobody2020'"):
+        colab_markdown.convert_text("{cite:p}`nobody2020`", chapter)
+    with pytest.raises(ValueError, match="unknown reference target 'sec-missing'"):
+        colab_markdown.convert_text("{ref}`sec-missing`", chapter)
+    assert main.exists()
+
+
+def test_book_url_is_the_github_pages_site_or_none():
+    assert colab_markdown.book_url("https://github.com/Hoplib/logdepth-book") == "https://hoplib.github.io/logdepth-book"
+    assert colab_markdown.book_url("https://gitlab.com/a/b") is None
+
+
+def test_markdown_only_edits_reuse_checked_outputs_without_executing(tmp_path, monkeypatch):
+    main = write_book(tmp_path)
+    main.write_text(main.read_text().replace("```{code-cell} ipython3\nx = 1",
+                                             "```{code-cell} ipython3\n:tags: [nbval-check-output]\nx = 1"))
+    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
+    monkeypatch.setattr(notebooks, "CHAPTERS", tmp_path / "chapters")
+    runs = []
+
+    class FakeClient:
+        def __init__(self, nb, **kwargs):
+            self.nb = nb
+
+        def execute(self):
+            runs.append(1)
+            for cell in self.nb.cells:
+                if cell.cell_type == "code":
+                    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+
+    import nbclient
+
+    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
+    notebooks.sync()
+    main.write_text(main.read_text().replace("After the exercise.", "After the exercise, edited."))
+    notebooks.sync()
+    assert len(runs) == 1, "a Markdown edit does not re-execute the chapter"
+    assert notebooks.check() == []
+    main.write_text(main.read_text().replace("x = 1", "x = 2"))
+    notebooks.sync()
+    assert len(runs) == 2, "a code edit does"
+
+
+def test_install_cell_stops_with_one_line_when_the_clone_fails(tmp_path, monkeypatch):
+    cell = notebooks.INSTALL_CELL.format(**notebooks.repository())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOPLIB_INSTALL_SOURCE", str(tmp_path / "no-such-repository"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(Exception) as info:
+        exec(compile(cell, "install-cell", "exec"), {"__name__": "__main__"})
+    assert type(info.value).__name__ == "SetupError"
+    lines = info.value._render_traceback_()  # what IPython and Colab print instead of a traceback
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert "repository.url in _config.yml" in lines[0] and "python scripts/notebooks.py sync" in lines[0]
+    assert str(tmp_path / "no-such-repository") in lines[0]
+    assert not (tmp_path / notebooks.repository()["name"]).exists()
