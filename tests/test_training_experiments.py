@@ -9,6 +9,7 @@ import pytest
 
 from hoplib import report
 from hoplib._book.results import results_dir
+from hoplib.report import ErrorRecord
 from hoplib.training import experiments as ex
 from hoplib.training import sweep
 
@@ -51,7 +52,7 @@ def test_passes_counts_whole_batches_only():
 
 def test_stored_medium_sweep_loads_with_provenance():
     med = ex.load_stored_sweep("medium")
-    assert len(med.runs) == 4 and med.missing == ()
+    assert len(med.runs) == 8 and med.missing == ()  # depths 2-5, seeds 0 and 1
     assert (med.task.seq_len, med.task.max_hops) == (64, 8)
     recs = med.records()
     assert {r.metric for r in recs} == {"paper"} and {r.depth for r in recs} == {2, 3, 4, 5}
@@ -68,7 +69,7 @@ def test_a_partly_stored_sweep_lists_its_missing_runs(tmp_path, monkeypatch):
     shutil.copytree(src, tmp_path / "training" / "medium" / src.name)
     monkeypatch.setenv("HOPLIB_RESULTS", str(tmp_path))
     med = ex.load_stored_sweep("medium")
-    assert len(med.runs) == 1 and len(med.missing) == 3 and "L5_m64_H4_ninf_s0" in med.missing
+    assert len(med.runs) == 1 and len(med.missing) == 7 and "L5_m64_H4_ninf_s0" in med.missing
     assert "not stored yet" in med.provenance_html()
     with pytest.raises(ValueError, match="small"):
         ex.load_stored_sweep("small")
@@ -126,3 +127,14 @@ def test_wall_time_sums_the_stored_runs():
     med = ex.load_stored_sweep("medium")
     assert med.wall_time_s() == pytest.approx(sum(s.record["provenance"]["wall_time_s"] for s in med.runs))
     assert med.wall_time_s() > 60
+
+
+def test_records_split_by_seed_and_reach_per_seed():
+    recs = [ErrorRecord("transformer", d, k, e, run=f"L{d}_m8_H2_ninf_s{s}")
+            for s, errs in ((0, {2: (0.0, 0.3), 3: (0.0, 0.01)}), (1, {2: (0.0, 0.01), 3: (0.0, 0.0)}))
+            for d, (e1, e2) in errs.items() for k, e in ((1, e1), (2, e2))]
+    by_seed = ex.records_by_seed(recs)
+    assert sorted(by_seed) == [0, 1] and all(len(v) == 4 for v in by_seed.values())
+    assert ex.reach_by_seed(recs) == {0: {2: 1, 3: 2}, 1: {2: 2, 3: 2}}
+    with pytest.raises(ValueError, match="seed"):
+        ex.records_by_seed([ErrorRecord("transformer", 2, 1, 0.0, run="no-seed")])

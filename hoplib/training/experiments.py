@@ -229,6 +229,22 @@ def error_lines(records: list[ErrorRecord], metric: str = "paper") -> list[str]:
 
 
 # --------------------------------------------------------------------------- width and sample size
+def records_by_seed(records: list[ErrorRecord]) -> dict[int, list[ErrorRecord]]:
+    """A sweep's records split by the training seed in their run name (``L3_m64_H4_ninf_s1`` -> 1)."""
+    out: dict[int, list[ErrorRecord]] = {}
+    for r in records:
+        head, sep, seed = r.run.rpartition("_s")
+        if not sep or not seed.isdigit():
+            raise ValueError(f"record of run {r.run!r} has no seed suffix _s<seed>")
+        out.setdefault(int(seed), []).append(r)
+    return dict(sorted(out.items()))
+
+
+def reach_by_seed(records: list[ErrorRecord], threshold: float = 0.05) -> dict[int, dict[int, int]]:
+    """``{seed: {depth: largest K solved}}`` (:func:`hoplib.report.largest_solved`, each seed on its own)."""
+    return {seed: report.largest_solved(rs, threshold=threshold) for seed, rs in records_by_seed(records).items()}
+
+
 def mean_error(records: list[ErrorRecord], depth: int, *, min_k: int = 1, metric: str = "paper") -> float:
     """Mean error of one depth over the hop counts k >= ``min_k`` (k = 0, copying the input, is solved by all)."""
     row = report.error_table(records, metric=metric).get(check_int("depth", depth, low=0), {})
