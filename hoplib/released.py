@@ -46,7 +46,7 @@ from hoplib import evaluate
 from hoplib._book.device import get_device
 from hoplib._book.validate import check_choice, check_int
 from hoplib.models import GPT, GPTConfig
-from hoplib.report import depth_ceil, depth_floor
+from hoplib.report import chance_error, depth_ceil, depth_floor
 from hoplib.tasks import HopTask
 
 REPOSITORY = "chsanford/hop-induction-heads"
@@ -244,6 +244,17 @@ def _store(data_path: Path, name: str, target: Path) -> Path:
     return target
 
 
+def _cache_slot(name: str, cache_dir: str | os.PathLike | None) -> tuple[ReleasedModel, Path, Path | None]:
+    """``(model, cached path, temporary path to write to)``; the temporary path is None when a verified copy
+    is already cached."""
+    model = info(name)
+    target = cached_path(name, cache_dir)
+    if target.is_file() and _is_verified(target, name):
+        return model, target, None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return model, target, target.with_name(f".{target.name}.part")
+
+
 def download(name: str, cache_dir: str | os.PathLike | None = None, *, timeout: float = 60.0) -> Path:
     """Fetch released model ``name`` from GitHub (raw file at :data:`COMMIT`) into the cache; return its path.
 
@@ -251,12 +262,9 @@ def download(name: str, cache_dir: str | os.PathLike | None = None, *, timeout: 
     temporary file, is verified (:func:`verify`) and renamed into place. Without network access this raises
     ``ConnectionError`` in one line, saying what to do instead.
     """
-    model = info(name)
-    target = cached_path(name, cache_dir)
-    if target.is_file() and _is_verified(target, name):
+    model, target, tmp = _cache_slot(name, cache_dir)
+    if tmp is None:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.part")
     try:
         with urlopen(model.url, timeout=timeout) as response, tmp.open("wb") as fh:
             for chunk in iter(lambda: response.read(1 << 20), b""):
@@ -276,12 +284,9 @@ def extract_from_git(git_dir: str | os.PathLike, name: str, cache_dir: str | os.
     Reads ``<COMMIT>:<path>`` with ``git show``; the file is verified like a download. Raises ``ValueError``
     when the clone lacks the commit or the file.
     """
-    model = info(name)
-    target = cached_path(name, cache_dir)
-    if target.is_file() and _is_verified(target, name):
+    model, target, tmp = _cache_slot(name, cache_dir)
+    if tmp is None:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.part")
     with tmp.open("wb") as fh:
         proc = subprocess.run(["git", "--git-dir", str(_git_dir(git_dir)), "show", f"{COMMIT}:{model.path}"],
                               stdout=fh, stderr=subprocess.PIPE, check=False)
@@ -730,7 +735,7 @@ def plot_errors(table, ax=None, *, n_train: int = -1, column: str = "pooled", he
         ks = [k for k in sorted(ours[depth]) if k >= 1]
         ax.plot(ks, [ours[depth][k] for k in ks], "o-", ms=3, color=colour, label=f"L={depth}")
         ax.plot(ks, [pub[depth].get(k, math.nan) for k in ks], "--", color=colour, alpha=0.6)
-    ax.axhline(0.75, color="grey", ls=":", lw=1)
+    ax.axhline(chance_error(released_task()), color="grey", ls=":", lw=1)  # chance, from the task
     ax.set_xscale("log", base=2)
     ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
     ax.set_ylim(-0.02, 0.8)
