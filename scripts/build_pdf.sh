@@ -2,7 +2,7 @@
 # Build the whole book as one printable PDF with Jupyter Book's LaTeX builder: _build/latex/book.pdf.
 # Not part of CI (it re-executes every chapter and needs TeX). Debian/Ubuntu packages it needs:
 #   apt-get install --no-install-recommends texlive-xetex texlive-latex-extra texlive-fonts-recommended \
-#     latexmk fonts-freefont-otf
+#     texlive-fonts-extra texlive-science latexmk fonts-freefont-otf
 # Figures are written as 200-dpi PNG (LaTeX cannot include SVG); long code lines wrap (latex_elements in
 # _config.yml) instead of running off the page.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
