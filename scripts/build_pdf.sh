@@ -14,5 +14,5 @@ python scripts/notebooks.py sync
 jupyter-book build . --builder pdflatex "$@"
 pdf=_build/latex/book.pdf
 [ -f "$pdf" ] || { echo "error: no $pdf was written" >&2; exit 1; }
-pages=$(python -c "import re,sys; print(len(re.findall(rb'/Type\s*/Page[^s]', open(sys.argv[1], 'rb').read())))" "$pdf")
-echo "wrote $pdf ($pages pages)"
+pages=$(grep -ao 'Output written on book.xdv ([0-9]* pages' _build/latex/book.log | grep -o '[0-9]* pages')
+echo "wrote $pdf (${pages:-? pages})"
