@@ -196,6 +196,22 @@ def alignment_score(att: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+@torch.no_grad()
+def attention_maps(model: nn.Module, inputs: torch.Tensor) -> list[torch.Tensor]:
+    """Every layer's attention weights, rows = queries (Appendix G.4), computed in eval mode (the model's mode is
+    restored): ``model(inputs, return_attention=True)`` for :class:`hoplib.models.GPT`, or ``model.trace(inputs)``
+    for models that have a ``trace`` (the hand-built models of Theorem 4.2)."""
+    if hasattr(model, "trace"):
+        return list(model.trace(inputs).attentions)
+    was_training = model.training
+    model.eval()
+    try:
+        _, atts = model(inputs, return_attention=True)
+    finally:
+        model.train(was_training)
+    return list(atts)
+
+
 def alignment_scores(model: nn.Module, task: HopTask, *, k: int, js: Iterable[int] = (0, 1, 2, 3, 4),
                      n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto",
                      start: bool = False) -> dict[str, Any]:
@@ -212,12 +228,7 @@ def alignment_scores(model: nn.Module, task: HopTask, *, k: int, js: Iterable[in
         raise TypeError(f"start must be a bool, got {type(start).__name__}")
     dev = get_device(device)
     x, _ = task.sample(n_samples, k=k, seed=seed + k, device=dev)
-    was_training = model.training
-    model.eval()
-    try:
-        _, atts = model(x, return_attention=True)
-    finally:
-        model.train(was_training)
+    atts = attention_maps(model, x)
     names: list[str | int] = ["prev", *[check_int("js[i]", j, low=0) for j in js], *(["start"] if start else [])]
     pats = [find_pattern(x, task, j) for j in names]
     scores = torch.stack([torch.stack([alignment_score(att, p.unsqueeze(1)).mean(0) for p in pats], dim=-1)

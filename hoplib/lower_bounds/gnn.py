@@ -311,14 +311,19 @@ def _check_train(family: str, diameter: int, depth: int, eval_size: int) -> None
     check_int("eval_size", eval_size, low=1)
 
 
-def _fit(model: nn.Module, loss_and_acc: Callable[..., tuple[torch.Tensor, torch.Tensor]], config: TrainConfig,
-         device: torch.device) -> list[float]:
-    """Train with the book's one loop (:func:`hoplib.train.optimise`); the batch of step t is drawn with seed
-    ``config.seed * 2**24 + t`` (below the evaluation seeds). Leaves the model in eval mode; returns the losses."""
+def _fit_and_score(model: nn.Module, loss_and_acc: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+                   config: TrainConfig, device: torch.device, eval_size: int) -> dict[str, float]:
+    """Train with the book's one loop (:func:`hoplib.train.optimise`; the batch of step t is drawn with seed
+    ``config.seed * 2**24 + t``, below the evaluation seeds), then score ``eval_size`` held-out instances in eval
+    mode. Returns the record fields shared by every trained family: accuracy, final loss, seconds."""
+    t0 = time.perf_counter()
     hist = optimise(model, lambda step: loss_and_acc(config.seed * 2**24 + step)[0], config, device=device,
                     progress=False, desc="graphs")
     model.eval()
-    return hist["loss"]
+    with torch.no_grad(), autocast(device):
+        _, acc = loss_and_acc(_EVAL_SEED_BASE + config.seed, eval_size)
+    return {"accuracy": float(acc), "final_loss": float(np.mean(hist["loss"][-20:])),
+            "seconds": time.perf_counter() - t0}
 
 
 def _config(steps: int, batch_size: int, lr: float, seed: int, weight_decay: float) -> TrainConfig:
@@ -347,13 +352,9 @@ def train_gnn(family: str, diameter: int, depth: int, *, width: int = 32, aggreg
         logits = model(node_features(g, n_random, seed=data_seed), g.edges, g.t).float()
         return F.cross_entropy(logits, g.y), (logits.argmax(-1) == g.y).float().mean()
 
-    t0 = time.perf_counter()
-    losses = _fit(model, loss_and_acc, config, dev)
-    with torch.no_grad(), autocast(dev):
-        _, acc = loss_and_acc(_EVAL_SEED_BASE + seed, eval_size)
+    scored = _fit_and_score(model, loss_and_acc, config, dev, eval_size)
     return {"model": "gnn", "family": family, "D": diameter, "depth": depth, "width": width,
-            "aggregation": aggregation, "n_random": n_random, "steps": steps, "accuracy": float(acc),
-            "final_loss": float(np.mean(losses[-20:])), "seconds": time.perf_counter() - t0}
+            "aggregation": aggregation, "n_random": n_random, "steps": steps, **scored}
 
 
 def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 64, heads: int = 4,
@@ -379,13 +380,9 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
         logits = model(serialise(g, n_ids, marks=marks))[:, -1].float()
         return F.cross_entropy(logits, g.y), (logits.argmax(-1) == g.y).float().mean()
 
-    t0 = time.perf_counter()
-    losses = _fit(model, loss_and_acc, config, dev)
-    with torch.no_grad(), autocast(dev):
-        _, acc = loss_and_acc(_EVAL_SEED_BASE + seed, eval_size)
+    scored = _fit_and_score(model, loss_and_acc, config, dev, eval_size)
     return {"model": "transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
-            "heads": heads, "marks": marks, "steps": steps, "accuracy": float(acc),
-            "final_loss": float(np.mean(losses[-20:])), "seconds": time.perf_counter() - t0}
+            "heads": heads, "marks": marks, "steps": steps, **scored}
 
 
 def depth_sweep(family: str, diameters: list[int], gnn_depths: list[int] | str, tf_depths: list[int], *,

@@ -29,6 +29,7 @@ import torch.nn as nn
 from hoplib._book.device import get_device
 from hoplib._book.validate import check_int
 from hoplib.evaluate import alignment_score, find_pattern
+from hoplib.evaluate import attention_maps as _eval_attention_maps
 from hoplib.tasks import HopTask
 
 
@@ -102,19 +103,9 @@ def alignment_with_floor(atts: Sequence[torch.Tensor], inputs: torch.Tensor, tas
     return {"patterns": names, "scores": torch.stack(scores), "floor": torch.stack(floors)}
 
 
-@torch.no_grad()
 def attention_maps(model: nn.Module, inputs: torch.Tensor) -> list[torch.Tensor]:
-    """Every layer's attention (B, H, T, T) of a model that accepts ``return_attention=True`` (as
-    :class:`hoplib.models.GPT`) or has a ``trace`` (the hand-built models of Theorem 4.2), in eval mode."""
-    if hasattr(model, "trace"):
-        return [_as_heads(a) for a in model.trace(inputs).attentions]
-    was_training = model.training
-    model.eval()
-    try:
-        _, atts = model(inputs, return_attention=True)
-    finally:
-        model.train(was_training)
-    return [_as_heads(a) for a in atts]
+    """:func:`hoplib.evaluate.attention_maps` as float32 (B, H, T, T) tensors on the CPU."""
+    return [_as_heads(a) for a in _eval_attention_maps(model, inputs)]
 
 
 def head_alignment(model: nn.Module, task: HopTask, *, ks: Iterable[int], patterns: Iterable[int | str],
