@@ -1,0 +1,274 @@
+"""The alphabet sweep of the chapter on recurrent models: how much width each family needs as the alphabet grows.
+
+With a fixed small alphabet, hop_k is a finite-state function: one recurrent layer of O(k |Σ| log |Σ|) bits
+computes it at every length N (the chapter's collapsed construction), so no N makes a well-trained RNN fail on
+4 letters. What a recurrent model must carry across the sequence is the table "which letter followed the last
+occurrence of each letter", about min(|Σ|, N) log |Σ| bits for k = 1. Cut a sequence in two: a causal model of
+any depth L whose layer states hold s bits each is then a one-way protocol with L s bits from the first half to
+the second, and the second half's queries can ask for any entry of the table, so L s must grow like
+|Σ| log |Σ| (the indexing problem; this is the one-round case of the alternative in Proposition E.3, our
+reading, not a theorem of the paper). A transformer reads the table by attention (the induction head of
+Theorem 4.2's construction), so its width need not grow with |Σ|.
+
+:func:`sweep` trains every family (GRU, LSTM, Mamba-style, transformer; same depth, widths and steps, the same
+small learning-rate sweep each) on single-hop data (k = 1) for each alphabet size, with N = 2 |Σ| + 32, and
+records the error of every model; :func:`best_table` keeps the best learning rate per (family, width, |Σ|),
+:func:`widths_needed` the smallest width that reaches the threshold. ``python -m
+hoplib.lower_bounds.experiments.recall --profile cpu --workers 2 --out results`` makes the stored run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hoplib._book.validate import check_choice, check_int
+from hoplib.lower_bounds.rnn import KINDS as RECURRENT_KINDS
+from hoplib.lower_bounds.rnn import recurrent_model
+from hoplib.tasks import HopTask
+
+KINDS = (*RECURRENT_KINDS, "transformer")
+THRESHOLD = 0.1  # "solved": test error at most this
+KEYS = ("alphabets", "kinds", "depth", "widths", "lrs", "steps", "batch_size", "warmup_steps", "heads",
+        "n_samples")
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "quick": {"alphabets": [4, 16], "kinds": ["gru", "transformer"], "depth": 2, "widths": [32],
+              "lrs": [3e-3], "steps": 150, "batch_size": 32, "warmup_steps": 15, "heads": 4, "n_samples": 50},
+    "cpu": {"alphabets": [4, 8, 16, 32], "kinds": list(KINDS), "depth": 2, "widths": [16, 32, 64],
+            "lrs": [1e-3, 3e-3], "steps": 2000, "batch_size": 32, "warmup_steps": 100, "heads": 4,
+            "n_samples": 200},
+    "paper": {"alphabets": [4, 8, 16, 32, 64, 128], "kinds": list(KINDS), "depth": 2,
+              "widths": [16, 32, 64, 128, 256], "lrs": [3e-4, 1e-3, 3e-3], "steps": 20_000, "batch_size": 64,
+              "warmup_steps": 1000, "heads": 4, "n_samples": 500},
+}
+"""Settings of the alphabet sweep per profile of the chapter (``cpu``: 96 models, about 50 minutes on two
+cores with ``--workers 2``)."""
+
+
+def seq_len_for(alphabet_size: int) -> int:
+    """The sequence length used with an alphabet: N = 2 |Σ| + 32 (the table fills up, most positions answer)."""
+    return 2 * check_int("alphabet_size", alphabet_size, low=2) + 32
+
+
+def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a profile's settings (``KEYS``); returns a plain copy."""
+    missing = [key for key in KEYS if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    out = dict(settings)
+    for a in out["alphabets"]:
+        check_int("alphabets[i]", a, low=2)
+    for kind in out["kinds"]:
+        check_choice("kinds[i]", kind, KINDS)
+    for w in out["widths"]:
+        check_int("widths[i]", w, low=1)
+    for lr in out["lrs"]:
+        if not isinstance(lr, (int, float)) or not 0 < lr < 1:
+            raise ValueError(f"lrs must be numbers in (0, 1), got {lr!r}")
+    for key in ("depth", "steps", "batch_size", "heads", "n_samples"):
+        check_int(key, out[key], low=1)
+    check_int("warmup_steps", out["warmup_steps"], low=0)
+    return out
+
+
+def grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's points, in a fixed order: alphabet, family, width, learning rate."""
+    s = check_settings(settings)
+    return [{"alphabet_size": a, "seq_len": seq_len_for(a), "kind": kind, "d_model": w, "depth": s["depth"],
+             "lr": lr} for a in s["alphabets"] for kind in s["kinds"] for w in s["widths"] for lr in s["lrs"]]
+
+
+def _model(point: Mapping[str, Any], task: HopTask, heads: int) -> tuple[torch.nn.Module, int]:
+    from hoplib.models import gpt_for_task
+
+    if point["kind"] == "transformer":
+        return gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=heads), 0
+    model = recurrent_model(point["kind"], task.vocab_size, d_model=point["d_model"], n_layers=point["depth"])
+    return model, model.state_bits()[0]
+
+
+def train_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any], *, seed: int = 0,
+                device: str = "cpu") -> dict[str, Any]:
+    """Train the model of one grid point on k = 1 and return its record (point, ``params``, ``state_bits``
+    per layer, ``error`` at k = 1, ``final_loss``, ``train_time_s``); torch is seeded with ``seed + index``
+    before the model is built, training with ``seed``, so a point's result does not depend on the worker."""
+    from hoplib.lower_bounds.sweep import train_and_measure
+    from hoplib.train import TrainConfig
+
+    task = HopTask(seq_len=point["seq_len"], alphabet_size=point["alphabet_size"], max_hops=1, min_hops=1)
+    torch.manual_seed(seed + index)
+    model, bits = _model(point, task, settings["heads"])
+    config = TrainConfig(steps=settings["steps"], batch_size=settings["batch_size"], lr=point["lr"],
+                         warmup_steps=settings["warmup_steps"], seed=seed)
+    out = train_and_measure(model, task, config, n_samples=settings["n_samples"], device=device)
+    return {**point, "params": out["params"], "state_bits": bits, "error": out["errors"][1],
+            "final_loss": out["final_loss"], "train_time_s": out["train_time_s"]}
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def sweep(settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu", workers: int = 1,
+          on_model: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Train every point of :func:`grid` (``workers`` processes of one thread each on CPU) and return the
+    records in grid order. ``on_model``, if given, is called with the records finished so far."""
+    s = check_settings(settings)
+    workers = check_int("workers", workers, low=1)
+    points = grid(s)
+    if workers > 1 and str(device) != "cpu":
+        raise ValueError("workers > 1 is for CPU runs; on a GPU use workers=1")
+    done: dict[int, dict[str, Any]] = {}
+    if workers == 1:
+        for i, point in enumerate(points):
+            done[i] = train_point(i, point, s, seed=seed, device=device)
+            if on_model is not None:
+                on_model([done[j] for j in sorted(done)])
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_one_thread) as pool:
+            futures = {pool.submit(train_point, i, p, s, seed=seed, device=device): i
+                       for i, p in enumerate(points)}
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                if on_model is not None:
+                    on_model([done[j] for j in sorted(done)])
+    return [done[i] for i in range(len(points))]
+
+
+def best_table(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """``{(kind, d_model, alphabet_size): record}`` keeping, per family, width and alphabet, the record of the
+    learning rate with the lowest error (the same tuning for every family)."""
+    best: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for r in records:
+        key = (r["kind"], int(r["d_model"]), int(r["alphabet_size"]))
+        if key not in best or r["error"] < best[key]["error"]:
+            best[key] = dict(r)
+    return best
+
+
+def widths_needed(records: Sequence[Mapping[str, Any]], threshold: float = THRESHOLD
+                  ) -> dict[str, dict[int, int | None]]:
+    """``{kind: {alphabet_size: smallest width whose best error <= threshold, or None}}``."""
+    best = best_table(records)
+    out: dict[str, dict[int, int | None]] = {}
+    for kind, width, a in sorted(best, key=lambda t: (t[0], t[2], t[1])):
+        row = out.setdefault(kind, {})
+        row.setdefault(a, None)
+        if row[a] is None and best[(kind, width, a)]["error"] <= threshold:
+            row[a] = width
+    return out
+
+
+def error_rows(records: Sequence[Mapping[str, Any]], width: int) -> list[dict[str, Any]]:
+    """One row per family at ``width``: parameters, state bits per layer, best error per alphabet size."""
+    best = best_table(records)
+    rows = []
+    for kind in (k for k in KINDS if any(key[0] == k and key[1] == width for key in best)):
+        cells = {a: r for (kd, w, a), r in best.items() if kd == kind and w == width}
+        first = cells[min(cells)]
+        row: dict[str, Any] = {"family": kind, "params": f"{first['params']:,}",
+                               "state bits": f"{first['state_bits']:,}" if first["state_bits"] else "-"}
+        row.update({f"|Σ|={a}": f"{cells[a]['error']:.3f}" for a in sorted(cells)})
+        rows.append(row)
+    return rows
+
+
+_STYLE = {"gru": {"marker": "o", "color": "C0"}, "lstm": {"marker": "s", "color": "C1"},
+          "mamba": {"marker": "^", "color": "C2"}, "transformer": {"marker": "D", "color": "C3", "lw": 2.2}}
+
+
+def plot_sweep(records: Sequence[Mapping[str, Any]], width: int, threshold: float = THRESHOLD):
+    """Two panels: (left) best error at k = 1 against |Σ| per family at ``width``, with the chance level;
+    (right) the smallest width that reaches ``threshold`` against |Σ| (above the grid: none did)."""
+    import matplotlib.pyplot as plt
+
+    best, needed = best_table(records), widths_needed(records, threshold)
+    alphabets = sorted({int(r["alphabet_size"]) for r in records})
+    widths = sorted({int(r["d_model"]) for r in records})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    for kind in needed:
+        style = _STYLE[kind]
+        ax.plot(alphabets, [best[(kind, width, a)]["error"] for a in alphabets], **style, label=kind)
+        top = widths[-1] * 2
+        bx.plot(alphabets, [needed[kind][a] or top for a in alphabets], **style, label=kind)
+    ax.plot(alphabets, [1 - 1 / a for a in alphabets], ls=":", color="0.4", label="chance")
+    ax.axhline(threshold, color="0.6", lw=0.8)
+    ax.set(xscale="log", xlabel="alphabet size |Σ|  (N = 2|Σ| + 32)", ylabel="test error at k = 1",
+           ylim=(-0.02, 1.02), title=f"width {width}, depth {records[0]['depth']}")
+    bx.set(xscale="log", yscale="log", xlabel="alphabet size |Σ|", ylabel=f"smallest width with error ≤ {threshold}",
+           title="width each family needs")
+    bx.set_yticks([*widths, widths[-1] * 2], [*map(str, widths), f"> {widths[-1]}"])
+    bx.minorticks_off()
+    for axis in (ax, bx):
+        axis.set_xticks(alphabets, [str(a) for a in alphabets])
+        axis.xaxis.set_minor_locator(plt.NullLocator())
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def observations(records: Sequence[Mapping[str, Any]], width: int, threshold: float = THRESHOLD
+                 ) -> dict[str, Any]:
+    """What the chapter states about a sweep at ``width``: per family, whether every alphabet is solved,
+    which are not, and whether the error grows from the smallest to the largest alphabet."""
+    best = best_table(records)
+    out: dict[str, Any] = {}
+    for kind in sorted({key[0] for key in best}, key=KINDS.index):
+        errs = {a: r["error"] for (kd, w, a), r in best.items() if kd == kind and w == width}
+        out[kind] = {"solves_all": all(e <= threshold for e in errs.values()),
+                     "unsolved": sorted(a for a, e in errs.items() if e > threshold),
+                     "rises": errs[max(errs)] > errs[min(errs)] + threshold}
+    return out
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.recall",
+                                description="Train the alphabet sweep of the RNN chapter and store it.")
+    p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
+    p.add_argument("--out", required=True, help="results root; writes <out>/rnn/<profile>/alphabet.json")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--overwrite", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """The command line: validate everything, then run the sweep and write the results file atomically."""
+    from hoplib._book.device import get_device
+    from hoplib._book.provenance import save_results
+
+    args = _parse(argv)
+    check_int("workers", args.workers, low=1)
+    check_int("seed", args.seed, low=0, high=2**32 - 1)
+    device = str(get_device(args.device))
+    path = Path(args.out) / "rnn" / args.profile / "alphabet.json"
+    if path.exists() and not args.overwrite:
+        raise ValueError(f"{path} exists; pass --overwrite to replace it")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ValueError(f"{path.parent} is not a folder")
+    settings = PROFILES[args.profile]
+    params = {"chapter": "rnn", "part": "alphabet", "profile": args.profile, "device": device,
+              "seed": args.seed, **settings}
+    t0 = time.perf_counter()
+    partial = path.with_name("alphabet.partial.json")
+    records = sweep(settings, seed=args.seed, device=device, workers=args.workers,
+                    on_model=lambda recs: save_results(partial, recs, {**params, "complete": False}, device))
+    out = save_results(path, records, params, device, time.perf_counter() - t0, workers=args.workers)
+    partial.unlink(missing_ok=True)
+    print(f"wrote {out} ({len(records)} models, {time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+if __name__ == "__main__":
+    from hoplib._book.cli import run_cli
+
+    raise SystemExit(run_cli(main))
