@@ -77,7 +77,7 @@ def plot_pointer_chain(x: np.ndarray, i: int, k: int, ax: Axes | None = None) ->
     text = letters_to_str(x)
     for p, c in enumerate(text):
         ax.text(p, 0, c, ha="center", va="center", fontsize=13, family="monospace")
-        ax.text(p, -0.55, str(p), ha="center", va="center", fontsize=7, color="grey")
+        ax.text(p, -0.55, str(p), ha="center", va="center", fontsize=9, color="grey")
     for p in range(n):
         if f[p] >= 0:
             ax.add_patch(FancyArrowPatch((p, 0.25), (f[p], 0.25), connectionstyle="arc3,rad=0.5",
@@ -90,7 +90,7 @@ def plot_pointer_chain(x: np.ndarray, i: int, k: int, ax: Axes | None = None) ->
             break
         ax.add_patch(FancyArrowPatch((p, 0.3), (q, 0.3), connectionstyle="arc3,rad=0.55", arrowstyle="-|>",
                                      mutation_scale=10, color=colours(h / max(k, 1)), lw=2))
-        ax.text((p + q) / 2, 0.35 + 0.28 * (p - q) / 2 * 0.5, f"hop {h + 1}", fontsize=7, ha="center",
+        ax.text((p + q) / 2, 0.35 + 0.28 * (p - q) / 2 * 0.5, f"hop {h + 1}", fontsize=9, ha="center",
                 color=colours(h / max(k, 1)))
         p = q
     else:
@@ -147,11 +147,11 @@ def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", f
                 img[r, c] = w * np.array(colour[name][:3]) + (1 - w) * np.ones(3)
                 dark = w > 0.55 and name.startswith("find^") and int(name.split("^")[1]) < 0.6 * j_max
                 ax.text(c, r, f"{label[name]}\n{s:.2f}".replace("0.", ".").replace("1.00", "1"), ha="center",
-                        va="center", fontsize=6, color="white" if dark else "black", linespacing=0.9)
+                        va="center", fontsize=8, color="white" if dark else "black", linespacing=0.9)
     ax.imshow(img, aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(n_k), [str(k) for k in ks], fontsize=7)
+    ax.set_xticks(range(n_k), [str(k) for k in ks], fontsize=9)
     ax.set_yticks(range(n_layers * n_heads),
-                  [f"L{layer + 1} h{head + 1}" for layer in range(n_layers) for head in range(n_heads)], fontsize=7)
+                  [f"L{layer + 1} h{head + 1}" for layer in range(n_layers) for head in range(n_heads)], fontsize=9)
     for layer in range(1, n_layers):
         ax.axhline(layer * n_heads - 0.5, color="black", lw=0.8)
     ax.set_xlabel("k (hops of the input)")

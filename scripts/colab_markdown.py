@@ -34,10 +34,6 @@ OPTION = re.compile(r"^:(?P<key>[\w-]+):\s*(?P<value>.*)$")
 INLINE = re.compile(r"\{(?P<role>[\w:.-]+)\}(?P<tick>`+)(?P<content>.+?)(?P=tick)|(?P<code>(?P<ct>`+).+?(?P=ct))"
                     r"|\[(?P<text>[^\]\n]*)\]\((?P<href>#[\w.:-]+|[\w./-]+\.(?:md|ipynb)(?:#[\w.:-]+)?)\)", re.S)
 BLOCK_START = re.compile(r"^\s*([-*+>#|]|\d+[.)]\s|\$\$|```|<)")
-PAPER_TITLE = re.compile(r"^(?P<name>.*?)\s*\((?P<kind>[A-Z][a-z]+) (?P<num>[A-Z]?[\d.]+) of the paper"
-                         r"(?:, (?P<rest>.*))?\)$")
-PRF_KINDS = ("Theorem", "Lemma", "Corollary", "Proposition", "Definition", "Conjecture", "Proof", "Remark",
-             "Example", "Algorithm", "Axiom", "Criterion", "Observation", "Property", "Assumption", "Notation")
 ADMONITIONS = ("note", "tip", "hint", "important", "warning", "caution", "attention", "danger", "error",
                "seealso", "admonition", "margin", "sidebar", "topic", "epigraph")
 GLUE_ROLES = ("glue", "glue:", "glue:text", "glue:md", "glue:math", "glue:any")
@@ -184,18 +180,11 @@ def split_options(body: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def prf_heading(name: str, arg: str) -> str:
-    """The title of a prf box, e.g. "Theorem 4.2 of the paper (Log-depth construction)"."""
+    """The title of a prf box as the book shows it (``proof_title_format: "%t"``, every box ``:nonumber:``): the
+    kind, then the title, e.g. "Theorem 4.2 of the paper (log-depth construction)"."""
     kind = name.split(":", 1)[1].capitalize()
     arg = arg.strip()
-    m = PAPER_TITLE.match(arg)
-    if not arg:
-        return kind
-    if arg.split()[0] in PRF_KINDS:
-        return arg
-    if m and m["kind"] == kind:
-        inner = ", ".join(part for part in (m["name"], m["rest"]) if part)
-        return f"{kind} {m['num']} of the paper ({inner})" if inner else f"{kind} {m['num']} of the paper"
-    return f"{kind}: {arg}"
+    return f"{kind} {arg}" if arg else kind
 
 
 def iter_directives(text: str):

@@ -105,13 +105,14 @@ kernelspec: {display_name: Python 3, language: python, name: python3}
 As {cite:t}`sanford2024transformers` show {cite:p}`coy2022deterministic,behnezhad2019near`, see {ref}`chap-other`.
 The code span `{ref}` stays. Value {glue:text}`share_1` and $\\hop_k(x) = \\bot$, $\\pair{a}{b}$.
 
-:::{prf:theorem} Log-depth construction (Theorem 4.2 of the paper)
+:::{prf:theorem} 4.2 of the paper (Log-depth construction)
 :label: thm-demo
+:nonumber:
 
 For every $k$, depth $\\lceil \\log_2 k \\rceil + 2$ suffices.
 :::
 
-By {prf:ref}`thm-demo` and [the other chapter](other.md).
+By {prf:ref}`Theorem 4.2 <thm-demo>` and [the other chapter](other.md).
 
 ```{code-cell} ipython3
 x = 1
@@ -175,7 +176,8 @@ def test_demo_chapter_boxes_exercises_and_solutions_render_as_quotes_and_details
     md = [c.source for c in demo.cells if c.cell_type == "markdown"]
     text = "\n\n".join(md)
     assert "> **Theorem 4.2 of the paper (Log-depth construction).** For every $k$, depth" in text
-    assert "By Theorem 4.2 of the paper (Log-depth construction) and" in text, "same-chapter prf:ref is text"
+    assert "By Theorem 4.2 and" in text, "same-chapter prf:ref is its text"
+    assert ":nonumber:" not in text
     assert "*Figure above: The *caption* of the figure.*" not in text and "The *caption* of the figure." in text
     assert "> **Note.** A remark." in text
     assert "> **Exercise.** Use the figure above." in text

@@ -92,3 +92,18 @@ def test_the_exercise_catalogue_lists_exactly_the_chapters_exercises():
     assert found == {e.label: e.chapter for e in EXERCISES.values()}
     assert all(e.kind in ("code", "formula", "proof", "explain") and 1 <= e.difficulty <= 3 and e.minutes > 0
                for e in EXERCISES.values())
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_statements_carry_the_papers_numbers_never_the_books(md):
+    """Every prf box is unnumbered and titled by the paper's number or marked as ours; every reference names it."""
+    lines = md.read_text().split("\n")
+    for i, line in enumerate(lines):
+        box = re.match(r"^:::+\{prf:(\w+)\}\s*(.*)$", line)
+        if box and box.group(1) != "proof":
+            options = lines[i + 1:i + 4]
+            assert ":nonumber:" in options, f"{md.name}:{i + 1}: prf box without :nonumber:"
+            assert re.match(r"^([A-Z]?[\d.]+ of the paper|\()", box.group(2)), \
+                f"{md.name}:{i + 1}: title {box.group(2)!r} neither starts with the paper's number nor says ours"
+    bare = re.findall(r"\{prf:ref\}`[^`<]*`", md.read_text())
+    assert not bare, f"{md.name}: references without the paper's number as text: {bare[:3]}"

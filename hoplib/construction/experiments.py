@@ -208,7 +208,7 @@ def plot_precision(live: list[dict], stored: list[dict], hi: float):  # noqa: AN
     ax.plot(ns, np.log(ns + 1), color="k", lw=0.8, label="ln(N+1)")
     ax.set_xscale("log", base=2)
     ax.set(xlabel="sequence length N", ylabel="inverse temperature c")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -67,6 +67,6 @@ def plot_attention(model: HopTransformer, x: torch.Tensor, axes=None):  # noqa: 
         ax.scatter((target + 1).numpy(), range(1, n + 1), s=6, c="red", marker=".")
         ax.set_title(f"layer {ell}: {label}", fontsize=9)
         ax.set_xlabel("key position", fontsize=8)
-        ax.tick_params(labelsize=6)
+        ax.tick_params(labelsize=9)
     axes[0].set_ylabel("query position", fontsize=8)
     return axes

@@ -389,7 +389,7 @@ def plot_reduction_bits(records: Sequence[dict[str, Any]], ax: plt.Axes | None =
     ax.set_xticks(sorted({r["N"] for r in records}))
     ax.set_xlabel("sequence length N")
     ax.set_ylabel("bits")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -453,7 +453,7 @@ def plot_favor_error(records: Sequence[dict[str, Any]], ax: plt.Axes | None = No
     ax.set_yscale("log")
     ax.set_xlabel("random features m'")
     ax.set_ylabel("mean |FAVOR+ − softmax|")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 

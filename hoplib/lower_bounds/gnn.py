@@ -448,7 +448,7 @@ def plot_depth_vs_diameter(exact_rows: list[dict], doubling_rows: list[dict], mp
     ax.set_yscale("log", base=2)
     ax.set_xlabel("diameter D")
     ax.set_ylabel("layers")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize="small")
     ax = axes[1]
     for fam in dict.fromkeys(r["family"] for r in mpc_rows):
         sel = [r for r in mpc_rows if r["family"] == fam]
@@ -465,7 +465,7 @@ def plot_depth_vs_diameter(exact_rows: list[dict], doubling_rows: list[dict], mp
         ax2.plot([r["D"] for r in sel], [r["layers"] for r in sel], "x:", color="grey")
     ax2.set_ylabel("Theorem 3.1 layers = rounds + 1 (grey)")
     ax2.set_ylim(bottom=0)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
     return fig
 
@@ -498,12 +498,12 @@ def plot_learned(rows: list[dict], threshold: float):
     axes[0].set_xlabel("depth L")
     axes[0].set_ylabel("test accuracy")
     axes[0].set_ylim(0.4, 1.02)
-    axes[0].legend(fontsize=5, ncol=2)
+    axes[0].legend(fontsize="small", ncol=2)
     axes[1].plot(ds, ds, "k:", label="GNN bound L = D")
     axes[1].plot(ds, [math.log2(d) + 1 for d in ds], "k-.", label="log2 D + 1")
     axes[1].set_xlabel("diameter D")
     axes[1].set_ylabel(f"smallest depth with accuracy >= {threshold}")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize="small")
     fig.tight_layout()
     return fig
 

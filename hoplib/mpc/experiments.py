@@ -325,7 +325,7 @@ def plot_cycles(rows: list[dict]):
         ax.set_xlabel("n (vertices)")
         ax.set_ylabel(what)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -343,7 +343,7 @@ def plot_routing_widths(rows: list[dict]):
     ax.set_yscale("log")
     ax.set_xlabel("s (messages per token)")
     ax.set_ylabel("slots m'")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -205,7 +205,7 @@ def plot_cleared(reading: dict[str, Any], ax=None, *, title: str = ""):
         img[r, c] = 0.45 + 0.55 * np.array(colour[name])
         label = "j=" + name.split("^")[1] if name.startswith("find^") else name
         ax.text(c, r, f"{label}\n{float(reading['score'][layer, head, c]):.2f}", ha="center", va="center",
-                fontsize=7, linespacing=0.9)
+                fontsize=8, linespacing=0.9)
     ax.imshow(img, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(n_k), [str(k) for k in ks], fontsize=9)
     ax.set_yticks(range(n_layers * n_heads), [f"layer {a + 1} head {h + 1}" for a in range(n_layers)

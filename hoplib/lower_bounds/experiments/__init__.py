@@ -14,6 +14,7 @@ sweep rows into :class:`hoplib.report.ErrorRecord` and printing small tables.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -121,9 +122,35 @@ def solved_up_to(records: Sequence[ErrorRecord], family: str, depth: int, thresh
     return best
 
 
+class Table(str):
+    """A table that prints as fixed-width text and renders as an HTML table in a notebook (``display``)."""
+
+    header: list[str]
+    body: list[list[str]]
+
+    def __new__(cls, header: Sequence[str], body: Sequence[Sequence[str]]) -> Table:
+        widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(header)]
+        lines = ["  ".join(c.rjust(w) for c, w in zip(header, widths, strict=True))]
+        lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths, strict=True)) for b in body]
+        out = super().__new__(cls, "\n".join(lines))
+        out.header, out.body = list(header), [list(b) for b in body]
+        return out
+
+    def _repr_html_(self) -> str:
+        return html_table(self.header, self.body)
+
+
+def html_table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
+    """An escaped HTML table (numbers right-aligned by the book's CSS)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in b) + "</tr>" for b in body)
+    return f'<table class="hoplib-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
 def text_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *,
-               digits: int = 3) -> str:
-    """A fixed-width text table of ``rows`` (floats with ``digits`` significant digits, ``-`` for None)."""
+               digits: int = 3) -> Table:
+    """A :class:`Table` of ``rows`` (floats with ``digits`` significant digits, ``-`` for None): fixed-width
+    text when printed, an HTML table when displayed in a notebook."""
     if not rows:
         raise ValueError("rows must be a non-empty list of dicts")
     cols = list(columns) if columns is not None else list(rows[0])
@@ -137,14 +164,10 @@ def text_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None 
             return "(" + ", ".join(cell(x) for x in v) + ")"
         return str(v)
 
-    body = [[cell(row.get(c)) for c in cols] for row in rows]
-    widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=True))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths, strict=True)) for b in body]
-    return "\n".join(lines)
+    return Table(cols, [[cell(row.get(c)) for c in cols] for row in rows])
 
 
-def error_text(records: Sequence[ErrorRecord], order: Sequence[str] = ()) -> str:
+def error_text(records: Sequence[ErrorRecord], order: Sequence[str] = ()) -> Table:
     """Error per k, one line per (family, width, depth), as text."""
     rows = []
     for fam in families(records, order):
@@ -155,7 +178,7 @@ def error_text(records: Sequence[ErrorRecord], order: Sequence[str] = ()) -> str
     return text_table(rows)
 
 
-def depth_text(records: Sequence[ErrorRecord], threshold: float, order: Sequence[str] = ()) -> str:
+def depth_text(records: Sequence[ErrorRecord], threshold: float, order: Sequence[str] = ()) -> Table:
     """For each family and k, the smallest depth with error at most ``threshold`` (``>L``: no depth tried)."""
     rows = []
     for fam in families(records, order):
@@ -181,7 +204,7 @@ def plot_families(records: Sequence[ErrorRecord], order: Sequence[str] = (), *, 
         sel = [r for r in records if r.family == fam]
         width = max((r.width for r in sel if r.width is not None), default=None)
         plot_error_vs_k([r for r in sel if r.width == width], ax, chance=chance, title=fam)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize="small")
     for ax in axes[0][1:]:
         ax.set_ylabel("")
     if title:
@@ -190,6 +213,6 @@ def plot_families(records: Sequence[ErrorRecord], order: Sequence[str] = (), *, 
     return fig
 
 
-__all__ = ["best_error", "check_stored_settings", "depth_needed", "depth_text", "error_records",
-           "error_text", "families", "part_settings", "plot_families", "settings_mismatch", "solved_up_to",
-           "text_table"]
+__all__ = ["Table", "best_error", "check_stored_settings", "depth_needed", "depth_text", "error_records",
+           "error_text", "families", "html_table", "part_settings", "plot_families", "settings_mismatch",
+           "solved_up_to", "text_table"]

@@ -4,12 +4,11 @@ book's stored runs measured. The measured column is read from the stored ``cpu``
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hoplib._book.results import Stored, load_stored
-from hoplib.lower_bounds.experiments import depth_needed, error_records, part_settings, solved_up_to
+from hoplib.lower_bounds.experiments import depth_needed, error_records, html_table, part_settings, solved_up_to
 from hoplib.lower_bounds.experiments import efficient_attention as eff_ex
 from hoplib.lower_bounds.experiments import gnn as gnn_ex
 from hoplib.report import ErrorRecord
@@ -114,10 +113,7 @@ def to_html(rows: Sequence[Mapping[str, str]]) -> str:
     """The rows as an HTML table (escaped)."""
     if not rows:
         raise ValueError("rows must be a non-empty list of dicts")
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(row[c]))}</td>" for c in COLUMNS) + "</tr>"
-                   for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return html_table(COLUMNS, [[row[c] for c in COLUMNS] for row in rows])
 
 
 __all__ = ["COLUMNS", "THEORY", "closing_rows", "stored_closing_rows", "to_html"]

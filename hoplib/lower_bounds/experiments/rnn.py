@@ -14,7 +14,7 @@ from hoplib._book.validate import check_int
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
-from hoplib.lower_bounds.experiments import best_error, error_records
+from hoplib.lower_bounds.experiments import best_error, error_records, recall
 from hoplib.report import ErrorRecord, error_table
 from hoplib.tasks import HopTask, hop
 
@@ -26,13 +26,16 @@ PROTOCOLS = ("k_rounds", "one_round", "hop_rnn", "prefix_rnn")
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {"n_check": 300, "bit_table": [(2, 4), (3, 4), (4, 4)],
               "seq_len": 24, "max_hops": 3, "kinds": list(KINDS), "depths": [1, 2], "widths": [32],
-              "steps": 60, "lr": 3e-3, "warmup_steps": 10, "n_samples": 50},
+              "steps": 60, "lr": 3e-3, "warmup_steps": 10, "n_samples": 50,
+              "alphabet": recall.PROFILES["quick"]},
     "cpu": {"n_check": 2000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32)],
             "seq_len": 32, "max_hops": 4, "kinds": list(KINDS), "depths": [1, 2, 3, 4], "widths": [32],
-            "steps": 1500, "lr": 3e-3, "warmup_steps": 100, "n_samples": 200},
+            "steps": 1500, "lr": 3e-3, "warmup_steps": 100, "n_samples": 200,
+            "alphabet": recall.PROFILES["cpu"]},
     "paper": {"n_check": 10_000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32), (8, 64)],
               "seq_len": 100, "max_hops": 16, "kinds": list(KINDS), "depths": [1, 2, 3, 4, 5, 6],
-              "widths": [64, 128], "steps": 20_000, "lr": 1e-3, "warmup_steps": 1000, "n_samples": 100},
+              "widths": [64, 128], "steps": 20_000, "lr": 1e-3, "warmup_steps": 1000, "n_samples": 100,
+              "alphabet": recall.PROFILES["paper"]},
 }
 
 

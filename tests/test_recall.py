@@ -1,0 +1,97 @@
+"""Tests of hoplib.lower_bounds.experiments.recall: the RNN chapter's alphabet sweep (k = 1, |Σ| growing with N)."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+import pytest
+
+from hoplib.lower_bounds.experiments import recall
+
+matplotlib.use("Agg")
+
+TINY = {"alphabets": [4, 8], "kinds": ["gru", "transformer"], "depth": 1, "widths": [8, 16], "lrs": [3e-3],
+        "steps": 3, "batch_size": 4, "warmup_steps": 1, "heads": 2, "n_samples": 4}
+
+
+def _rec(kind: str, width: int, a: int, lr: float, error: float) -> dict:
+    return {"kind": kind, "d_model": width, "alphabet_size": a, "lr": lr, "error": error, "depth": 2,
+            "seq_len": recall.seq_len_for(a), "params": 100 * width, "state_bits": 0 if kind == "transformer"
+            else 32 * width}
+
+
+FAKE = [_rec(kind, w, a, lr, err)
+        for kind, errs in {"gru": {4: 0.0, 8: 0.3, 16: 0.8}, "transformer": {4: 0.0, 8: 0.02, 16: 0.05}}.items()
+        for a, err in errs.items() for w, shift in ((16, 0.1), (64, 0.0)) for lr, bump in ((1e-3, 0.2),
+                                                                                            (3e-3, 0.0))
+        for err in [min(1.0, errs[a] + shift + bump)]]
+
+
+def test_every_profile_is_valid_and_names_every_family_in_cpu():
+    for settings in recall.PROFILES.values():
+        assert recall.check_settings(settings)
+    assert set(recall.PROFILES["cpu"]["kinds"]) == set(recall.KINDS)
+
+
+def test_grid_covers_every_combination_with_growing_length():
+    points = recall.grid(TINY)
+    assert len(points) == 2 * 2 * 2 * 1
+    assert {p["seq_len"] for p in points} == {recall.seq_len_for(4), recall.seq_len_for(8)}
+    assert recall.seq_len_for(32) == 96
+
+
+@pytest.mark.parametrize("bad", [{"alphabets": [1]}, {"kinds": ["rnn"]}, {"lrs": [0.0]}, {"steps": 0}])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        recall.check_settings({**TINY, **bad})
+    with pytest.raises(ValueError, match="lack"):
+        recall.check_settings({"alphabets": [4]})
+
+
+def test_sweep_records_every_point_in_grid_order_and_workers_do_not_change_results():
+    one = recall.sweep(TINY, seed=1)
+    assert [(r["alphabet_size"], r["kind"], r["d_model"]) for r in one] == \
+        [(p["alphabet_size"], p["kind"], p["d_model"]) for p in recall.grid(TINY)]
+    assert all(0.0 <= r["error"] <= 1.0 and r["params"] > 0 for r in one)
+    assert all((r["state_bits"] > 0) == (r["kind"] != "transformer") for r in one)
+    again = recall.sweep(TINY, seed=1, workers=2)
+    assert [r["error"] for r in again] == [r["error"] for r in one]
+
+
+def test_best_table_keeps_the_best_learning_rate():
+    best = recall.best_table(FAKE)
+    assert best[("gru", 64, 8)]["lr"] == 3e-3 and best[("gru", 64, 8)]["error"] == pytest.approx(0.3)
+
+
+def test_widths_needed_is_the_smallest_solving_width_or_none():
+    needed = recall.widths_needed(FAKE, threshold=0.1)
+    assert needed["transformer"] == {4: 16, 8: 64, 16: 64}
+    assert needed["gru"] == {4: 16, 8: None, 16: None}
+
+
+def test_observations_say_which_family_fails_where():
+    seen = recall.observations(FAKE, width=64)
+    assert seen["transformer"] == {"solves_all": True, "unsolved": [], "rises": False}
+    assert seen["gru"]["unsolved"] == [8, 16] and seen["gru"]["rises"]
+
+
+def test_error_rows_and_plot_show_every_family():
+    rows = recall.error_rows(FAKE, width=64)
+    assert [r["family"] for r in rows] == ["gru", "transformer"]
+    assert rows[0]["|Σ|=16"] == "0.800"
+    fig = recall.plot_sweep(FAKE, width=64)
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) >= 3
+
+
+def test_cli_refuses_bad_arguments_before_work(tmp_path, capsys):
+    from hoplib._book.cli import run_cli
+
+    assert run_cli(recall.main, ["--out", str(tmp_path), "--workers", "0"]) == 2
+    assert "workers" in capsys.readouterr().err
+    target = tmp_path / "rnn" / "cpu" / "alphabet.json"
+    target.parent.mkdir(parents=True)
+    target.write_text("{}")
+    assert run_cli(recall.main, ["--out", str(tmp_path)]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert json.loads(target.read_text()) == {}
