@@ -28,10 +28,12 @@ FAKE = [_rec(kind, w, a, lr, err)
         for err in [min(1.0, errs[a] + shift + bump)]]
 
 
-def test_every_profile_is_valid_and_names_every_family_in_cpu():
-    for settings in recall.PROFILES.values():
-        assert recall.check_settings(settings)
-    assert set(recall.PROFILES["cpu"]["kinds"]) == set(recall.KINDS)
+def test_every_profile_is_valid_and_the_cpu_profiles_train_every_family():
+    for table in recall.PART_PROFILES.values():
+        for settings in table.values():
+            assert recall.check_settings(settings)
+    assert set(recall.PROFILES["cpu"]["kinds"]) | set(recall.ATTENTION_PROFILES["cpu"]["kinds"]) == \
+        set(recall.KINDS) | {"softmax"}
 
 
 def test_grid_covers_every_combination_with_growing_length():
@@ -95,3 +97,24 @@ def test_cli_refuses_bad_arguments_before_work(tmp_path, capsys):
     assert run_cli(recall.main, ["--out", str(tmp_path)]) == 2
     assert "exists" in capsys.readouterr().err
     assert json.loads(target.read_text()) == {}
+
+
+def test_attention_profiles_build_performer_and_longformer_models():
+    tiny = {**recall.ATTENTION_PROFILES["quick"], "alphabets": [4], "widths": [8], "heads": 2, "steps": 2,
+            "batch_size": 4, "warmup_steps": 1, "n_samples": 4}
+    records = recall.sweep(tiny)
+    assert [r["kind"] for r in records] == ["softmax", "performer", "longformer"]
+    assert all(r["state_bits"] == 0 and 0.0 <= r["error"] <= 1.0 for r in records)
+    fig = recall.plot_sweep(records, width=8)
+    assert len(fig.axes) == 1, "one width: no width panel"
+
+
+def test_performer_settings_without_features_are_refused():
+    settings = {key: value for key, value in recall.ATTENTION_PROFILES["cpu"].items() if key != "n_features"}
+    with pytest.raises(ValueError, match="n_features"):
+        recall.check_settings(settings)
+
+
+def test_the_stored_rnn_profile_keeps_the_families_it_was_run_with():
+    assert recall.PROFILES["cpu"]["kinds"] == ["gru", "lstm", "mamba", "transformer"]
+    assert recall.PART_PROFILES["efficient_attention"] is recall.ATTENTION_PROFILES

@@ -13,8 +13,15 @@ Theorem 4.2's construction), so its width need not grow with |Σ|.
 :func:`sweep` trains every family (GRU, LSTM, Mamba-style, transformer; same depth, widths and steps, the same
 small learning-rate sweep each) on single-hop data (k = 1) for each alphabet size, with N = 2 |Σ| + 32, and
 records the error of every model; :func:`best_table` keeps the best learning rate per (family, width, |Σ|),
-:func:`widths_needed` the smallest width that reaches the threshold. ``python -m
-hoplib.lower_bounds.experiments.recall --profile cpu --workers 2 --out results`` makes the stored run.
+:func:`widths_needed` the smallest width that reaches the threshold.
+
+The efficient-attention chapter runs the same sweep with softmax, Performer and Longformer attention
+(:data:`ATTENTION_PROFILES`): at k = 1 the last occurrence of a letter lies about |Σ| positions back, so a
+Longformer window of fixed radius stops seeing it as |Σ| grows (Corollary 5.4's locality), and a fixed number of
+random features must tell apart more and more letters (Corollary 5.3's low rank).
+
+``python -m hoplib.lower_bounds.experiments.recall --chapter rnn --profile cpu --workers 2 --out results``
+makes a stored run (``--chapter efficient_attention`` for the other chapter).
 """
 
 from __future__ import annotations
@@ -34,23 +41,45 @@ from hoplib.lower_bounds.rnn import KINDS as RECURRENT_KINDS
 from hoplib.lower_bounds.rnn import recurrent_model
 from hoplib.tasks import HopTask
 
-KINDS = (*RECURRENT_KINDS, "transformer")
+ATTENTION_KINDS = ("softmax", "performer", "longformer")
+KINDS = (*RECURRENT_KINDS, "transformer", *ATTENTION_KINDS[1:])
+"""Families: the recurrent kinds, ``"transformer"`` (softmax attention; ``"softmax"`` is the same model under
+the efficient-attention chapter's name) and the two efficient attentions of Corollaries 5.3 and 5.4."""
 THRESHOLD = 0.1  # "solved": test error at most this
 KEYS = ("alphabets", "kinds", "depth", "widths", "lrs", "steps", "batch_size", "warmup_steps", "heads",
         "n_samples")
+ATTENTION_KEYS = ("n_features", "window", "global_every")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {"alphabets": [4, 16], "kinds": ["gru", "transformer"], "depth": 2, "widths": [32],
               "lrs": [3e-3], "steps": 150, "batch_size": 32, "warmup_steps": 15, "heads": 4, "n_samples": 50},
-    "cpu": {"alphabets": [4, 8, 16, 32], "kinds": list(KINDS), "depth": 2, "widths": [16, 32, 64],
+    "cpu": {"alphabets": [4, 8, 16, 32], "kinds": ["gru", "lstm", "mamba", "transformer"], "depth": 2,
+            "widths": [16, 32, 64],
             "lrs": [1e-3, 3e-3], "steps": 2000, "batch_size": 32, "warmup_steps": 100, "heads": 4,
             "n_samples": 200},
-    "paper": {"alphabets": [4, 8, 16, 32, 64, 128], "kinds": list(KINDS), "depth": 2,
+    "paper": {"alphabets": [4, 8, 16, 32, 64, 128], "kinds": ["gru", "lstm", "mamba", "transformer"], "depth": 2,
               "widths": [16, 32, 64, 128, 256], "lrs": [3e-4, 1e-3, 3e-3], "steps": 20_000, "batch_size": 64,
               "warmup_steps": 1000, "heads": 4, "n_samples": 500},
 }
-"""Settings of the alphabet sweep per profile of the chapter (``cpu``: 96 models, about 50 minutes on two
-cores with ``--workers 2``)."""
+"""Settings of the RNN chapter's alphabet sweep per profile (``cpu``: 96 models)."""
+
+ATTENTION_PROFILES: dict[str, dict[str, Any]] = {
+    "quick": {"alphabets": [4, 16], "kinds": list(ATTENTION_KINDS), "depth": 2, "widths": [32], "lrs": [3e-3],
+              "steps": 150, "batch_size": 32, "warmup_steps": 15, "heads": 4, "n_samples": 50,
+              "n_features": 16, "window": 4, "global_every": None},
+    "cpu": {"alphabets": [4, 8, 16, 32], "kinds": list(ATTENTION_KINDS), "depth": 2, "widths": [64],
+            "lrs": [1e-3, 3e-3], "steps": 2000, "batch_size": 32, "warmup_steps": 100, "heads": 4,
+            "n_samples": 200, "n_features": 16, "window": 4, "global_every": None},
+    "paper": {"alphabets": [4, 8, 16, 32, 64, 128], "kinds": list(ATTENTION_KINDS), "depth": 2,
+              "widths": [64, 128], "lrs": [3e-4, 1e-3, 3e-3], "steps": 20_000, "batch_size": 64,
+              "warmup_steps": 1000, "heads": 4, "n_samples": 500, "n_features": 16, "window": 4,
+              "global_every": None},
+}
+"""Settings of the efficient-attention chapter's alphabet sweep (softmax, Performer with ``n_features`` random
+features, Longformer with window radius ``window`` and no global positions) per profile (``cpu``: 24 models)."""
+
+PART_PROFILES = {"rnn": PROFILES, "efficient_attention": ATTENTION_PROFILES}
+"""The profile table of each chapter that runs the sweep; the results go to ``<out>/<chapter>/<profile>/``."""
 
 
 def seq_len_for(alphabet_size: int) -> int:
@@ -67,7 +96,15 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     for a in out["alphabets"]:
         check_int("alphabets[i]", a, low=2)
     for kind in out["kinds"]:
-        check_choice("kinds[i]", kind, KINDS)
+        check_choice("kinds[i]", kind, (*KINDS, "softmax"))
+    if any(kind in ATTENTION_KINDS[1:] for kind in out["kinds"]):
+        missing = [key for key in ATTENTION_KEYS if key not in out]
+        if missing:
+            raise ValueError(f"settings with Performer or Longformer models lack {missing}")
+        check_int("n_features", out["n_features"], low=1)
+        check_int("window", out["window"], low=0)
+        if out["global_every"] is not None:
+            check_int("global_every", out["global_every"], low=1)
     for w in out["widths"]:
         check_int("widths[i]", w, low=1)
     for lr in out["lrs"]:
@@ -86,11 +123,22 @@ def grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
              "lr": lr} for a in s["alphabets"] for kind in s["kinds"] for w in s["widths"] for lr in s["lrs"]]
 
 
-def _model(point: Mapping[str, Any], task: HopTask, heads: int) -> tuple[torch.nn.Module, int]:
+def _model(point: Mapping[str, Any], task: HopTask, settings: Mapping[str, Any]) -> tuple[torch.nn.Module, int]:
+    from hoplib.lower_bounds.efficient_attention import attention_spec
     from hoplib.models import gpt_for_task
 
-    if point["kind"] == "transformer":
-        return gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=heads), 0
+    kind = point["kind"]
+    if kind == "transformer":
+        return gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=settings["heads"]), 0
+    if kind in ATTENTION_KINDS:
+        extra = {}
+        if kind == "performer":
+            extra = {"n_features": settings["n_features"]}
+        elif kind == "longformer":
+            extra = {"window": settings["window"], "global_every": settings["global_every"]}
+        spec = attention_spec(kind, **extra)
+        return gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=settings["heads"],
+                            attention=spec), 0
     model = recurrent_model(point["kind"], task.vocab_size, d_model=point["d_model"], n_layers=point["depth"])
     return model, model.state_bits()[0]
 
@@ -105,7 +153,7 @@ def train_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any
 
     task = HopTask(seq_len=point["seq_len"], alphabet_size=point["alphabet_size"], max_hops=1, min_hops=1)
     torch.manual_seed(seed + index)
-    model, bits = _model(point, task, settings["heads"])
+    model, bits = _model(point, task, settings)
     config = TrainConfig(steps=settings["steps"], batch_size=settings["batch_size"], lr=point["lr"],
                          warmup_steps=settings["warmup_steps"], seed=seed)
     out = train_and_measure(model, task, config, n_samples=settings["n_samples"], device=device)
@@ -182,35 +230,40 @@ def error_rows(records: Sequence[Mapping[str, Any]], width: int) -> list[dict[st
 
 
 _STYLE = {"gru": {"marker": "o", "color": "C0"}, "lstm": {"marker": "s", "color": "C1"},
-          "mamba": {"marker": "^", "color": "C2"}, "transformer": {"marker": "D", "color": "C3", "lw": 2.2}}
+          "mamba": {"marker": "^", "color": "C2"}, "transformer": {"marker": "D", "color": "C3", "lw": 2.2},
+          "softmax": {"marker": "D", "color": "C3", "lw": 2.2}, "performer": {"marker": "v", "color": "C4"},
+          "longformer": {"marker": "P", "color": "C5"}}
 
 
 def plot_sweep(records: Sequence[Mapping[str, Any]], width: int, threshold: float = THRESHOLD):
-    """Two panels: (left) best error at k = 1 against |Σ| per family at ``width``, with the chance level;
-    (right) the smallest width that reaches ``threshold`` against |Σ| (above the grid: none did)."""
+    """Best error at k = 1 against |Σ| per family at ``width`` with the chance level; when several widths were
+    trained, a second panel with the smallest width that reaches ``threshold`` (above the grid: none did)."""
     import matplotlib.pyplot as plt
 
     best, needed = best_table(records), widths_needed(records, threshold)
     alphabets = sorted({int(r["alphabet_size"]) for r in records})
     widths = sorted({int(r["d_model"]) for r in records})
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2 if len(widths) > 1 else 1, figsize=(10, 4) if len(widths) > 1 else (6, 4),
+                             squeeze=False)
+    ax = axes[0][0]
     for kind in needed:
-        style = _STYLE[kind]
-        ax.plot(alphabets, [best[(kind, width, a)]["error"] for a in alphabets], **style, label=kind)
-        top = widths[-1] * 2
-        bx.plot(alphabets, [needed[kind][a] or top for a in alphabets], **style, label=kind)
+        ax.plot(alphabets, [best[(kind, width, a)]["error"] for a in alphabets], **_STYLE[kind], label=kind)
     ax.plot(alphabets, [1 - 1 / a for a in alphabets], ls=":", color="0.4", label="chance")
     ax.axhline(threshold, color="0.6", lw=0.8)
     ax.set(xscale="log", xlabel="alphabet size |Σ|  (N = 2|Σ| + 32)", ylabel="test error at k = 1",
            ylim=(-0.02, 1.02), title=f"width {width}, depth {records[0]['depth']}")
-    bx.set(xscale="log", yscale="log", xlabel="alphabet size |Σ|", ylabel=f"smallest width with error ≤ {threshold}",
-           title="width each family needs")
-    bx.set_yticks([*widths, widths[-1] * 2], [*map(str, widths), f"> {widths[-1]}"])
-    bx.minorticks_off()
-    for axis in (ax, bx):
+    ax.legend(loc="upper left")
+    if len(widths) > 1:
+        bx = axes[0][1]
+        for kind in needed:
+            bx.plot(alphabets, [needed[kind][a] or widths[-1] * 2 for a in alphabets], **_STYLE[kind], label=kind)
+        bx.set(xscale="log", yscale="log", xlabel="alphabet size |Σ|",
+               ylabel=f"smallest width with error ≤ {threshold}", title="width each family needs")
+        bx.set_yticks([*widths, widths[-1] * 2], [*map(str, widths), f"> {widths[-1]}"])
+        bx.minorticks_off()
+    for axis in axes[0]:
         axis.set_xticks(alphabets, [str(a) for a in alphabets])
         axis.xaxis.set_minor_locator(plt.NullLocator())
-    ax.legend(loc="upper left")
     fig.tight_layout()
     return fig
 
@@ -232,8 +285,9 @@ def observations(records: Sequence[Mapping[str, Any]], width: int, threshold: fl
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.recall",
                                 description="Train the alphabet sweep of the RNN chapter and store it.")
+    p.add_argument("--chapter", default="rnn", choices=tuple(PART_PROFILES))
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
-    p.add_argument("--out", required=True, help="results root; writes <out>/rnn/<profile>/alphabet.json")
+    p.add_argument("--out", required=True, help="results root; writes <out>/<chapter>/<profile>/alphabet.json")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
@@ -250,13 +304,13 @@ def main(argv: list[str] | None = None) -> Path:
     check_int("workers", args.workers, low=1)
     check_int("seed", args.seed, low=0, high=2**32 - 1)
     device = str(get_device(args.device))
-    path = Path(args.out) / "rnn" / args.profile / "alphabet.json"
+    path = Path(args.out) / args.chapter / args.profile / "alphabet.json"
     if path.exists() and not args.overwrite:
         raise ValueError(f"{path} exists; pass --overwrite to replace it")
     if path.parent.exists() and not path.parent.is_dir():
         raise ValueError(f"{path.parent} is not a folder")
-    settings = PROFILES[args.profile]
-    params = {"chapter": "rnn", "part": "alphabet", "profile": args.profile, "device": device,
+    settings = PART_PROFILES[args.chapter][args.profile]
+    params = {"chapter": args.chapter, "part": "alphabet", "profile": args.profile, "device": device,
               "seed": args.seed, **settings}
     t0 = time.perf_counter()
     partial = path.with_name("alphabet.partial.json")
