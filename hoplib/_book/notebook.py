@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import torch
 import hoplib
 from hoplib._book.device import get_device, seed_everything
 from hoplib._book.provenance import save_results
+from hoplib._book.tables import Table
+from hoplib._book.timing import Job, time_rows
 from hoplib._book.validate import check_choice, check_int
 
 
@@ -52,8 +55,10 @@ class ChapterRun:
 
 
 def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | None,
-          profiles: dict[str, dict[str, Any]]) -> ChapterRun:
-    """Validate a chapter's parameters and return its :class:`ChapterRun` (prints a one-line summary)."""
+          profiles: dict[str, dict[str, Any]], jobs: Callable[[str], list[Job]] | None = None) -> ChapterRun:
+    """Validate a chapter's parameters and return its :class:`ChapterRun`; prints a one-line summary and the
+    time each profile takes (:func:`hoplib._book.timing.time_rows`: CPU measured by the stored runs, GPU
+    estimated from ``jobs``, the training work of a profile, when the chapter trains models)."""
     check_choice("profile", profile, tuple(profiles))
     seed = check_int("seed", seed, low=0, high=2**32 - 1)
     dev = get_device(device)
@@ -65,7 +70,25 @@ def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | Non
     run = ChapterRun(chapter, profile, dev, seed, dict(profiles[profile]), out)
     print(f"hoplib {hoplib.__version__} | torch {torch.__version__} | chapter {chapter} | profile {profile} "
           f"| device {dev.type} | seed {seed}" + (f" | results -> {out}" if out else ""))
+    rows = time_rows(chapter, list(profiles), jobs)
+    print("Time per profile: CPU as measured by the stored run; GPU estimated from the training FLOPs, not "
+          "measured (hoplib._book.timing); '-': nothing stored, or no training to estimate.")
+    show(Table(list(rows[0]), [list(r.values()) for r in rows]))
     return run
+
+
+def show(obj: Any) -> None:
+    """IPython's ``display`` inside a notebook (HTML where ``obj`` has it), ``print`` elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - plain Python without IPython
+        print(obj)
+        return
+    if get_ipython() is None:
+        print(obj)
+    else:
+        display(obj)
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:

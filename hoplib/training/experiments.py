@@ -21,6 +21,7 @@ import torch
 
 from hoplib import models, report
 from hoplib._book.results import Stored, load_stored, results_dir
+from hoplib._book.timing import Job
 from hoplib._book.validate import check_int
 from hoplib.report import ErrorRecord
 from hoplib.tasks import HopTask
@@ -49,6 +50,14 @@ TABLE3 = {(128, 4): [413_440, 611_712, 809_984, 1_008_256, 1_206_528],
 """The paper's Table 3: parameter counts of the authors' models for L = 2..6, per (m, H)."""
 
 AUTHORS_FILE = "training/authors-errors.json"
+
+
+def jobs(profile: str) -> list[Job]:
+    """The training work of the live sweep of a profile (its grid), for :mod:`hoplib._book.timing`."""
+    from hoplib.training.flops import matmul_parameters
+
+    return [Job(matmul_parameters(config.model_config()), config.train.batch_size * config.task.length,
+                config.train.steps) for config in sweep.grid(PROFILES[profile]["grid"]).configs()]
 
 
 def parameter_counts(depths: range = range(2, 7)) -> dict[tuple[int, int], list[int]]:

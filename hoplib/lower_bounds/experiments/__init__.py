@@ -14,11 +14,11 @@ sweep rows into :class:`hoplib.report.ErrorRecord` and printing small tables.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from hoplib._book.tables import Table, html_table
 from hoplib.report import ErrorRecord, error_table, smallest_depth
 
 
@@ -120,31 +120,6 @@ def solved_up_to(records: Sequence[ErrorRecord], family: str, depth: int, thresh
             break
         best = k
     return best
-
-
-class Table(str):
-    """A table that prints as fixed-width text and renders as an HTML table in a notebook (``display``)."""
-
-    header: list[str]
-    body: list[list[str]]
-
-    def __new__(cls, header: Sequence[str], body: Sequence[Sequence[str]]) -> Table:
-        widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(header)]
-        lines = ["  ".join(c.rjust(w) for c, w in zip(header, widths, strict=True))]
-        lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths, strict=True)) for b in body]
-        out = super().__new__(cls, "\n".join(lines))
-        out.header, out.body = list(header), [list(b) for b in body]
-        return out
-
-    def _repr_html_(self) -> str:
-        return html_table(self.header, self.body)
-
-
-def html_table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
-    """An escaped HTML table (numbers right-aligned by the book's CSS)."""
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in b) + "</tr>" for b in body)
-    return f'<table class="hoplib-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
 def text_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *,

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from hoplib._book.timing import Job
 from hoplib.lower_bounds import efficient as eff
-from hoplib.lower_bounds.experiments import best_error, solved_up_to
+from hoplib.lower_bounds.experiments import best_error, recall, solved_up_to
 from hoplib.report import ErrorRecord
 from hoplib.tasks import HopTask
 
@@ -39,6 +40,8 @@ PROFILES: dict[str, dict[str, Any]] = {
               "n_features": 32, "window": 8, "global_every": 25, "steps": 20000, "lr": 0.001,
               "warmup_steps": 1000, "n_samples": 100, "threshold": 0.1},
 }
+for _name, _profile in PROFILES.items():  # the alphabet sweep's settings, defined once in recall
+    _profile["alphabet"] = recall.ATTENTION_PROFILES[_name]
 
 
 def favor_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -85,6 +88,19 @@ def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: 
                                progress=progress)
 
 
+def jobs(profile: str) -> list[Job]:
+    """The training work of a profile (the depth sweep at batch 32, then the alphabet sweep), for the time
+    estimates of :mod:`hoplib._book.timing`."""
+    from hoplib.models import count_parameters
+
+    s = PROFILES[profile]
+    task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
+    build = eff._build(task, s["heads"], s["n_features"], s["window"], s["global_every"])
+    out = [Job(count_parameters(build({"kind": kind, "depth": d, "d_model": s["d_model"]})[0]),
+               32 * task.length, s["steps"]) for kind in KINDS for d in s["depths"]]
+    return out + recall.jobs(s["alphabet"])
+
+
 def summary(records: Sequence[ErrorRecord], threshold: float) -> dict[str, Any]:
     """What the chapter reads off a sweep: ``solved[kind]``, the largest K such that one depth has error at
     most ``threshold`` for every k = 1..K; ``best[kind][k]``, the best error over depths at each k >= 1; and
@@ -107,5 +123,5 @@ def summary_rows(found: Mapping[str, Any]) -> list[dict[str, Any]]:
             for kind in found["solved"]]
 
 
-__all__ = ["KINDS", "PROFILES", "REDUCTION_COLUMNS", "TRAIN_KEYS", "favor_summary", "reduction_rows",
+__all__ = ["KINDS", "PROFILES", "REDUCTION_COLUMNS", "TRAIN_KEYS", "favor_summary", "jobs", "reduction_rows",
            "reductions_exact", "summary", "summary_rows", "sweep"]

@@ -27,6 +27,7 @@ makes a stored run (``--chapter efficient_attention`` for the other chapter).
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int
 from hoplib.lower_bounds.rnn import KINDS as RECURRENT_KINDS
 from hoplib.lower_bounds.rnn import recurrent_model
@@ -159,6 +161,26 @@ def train_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any
     out = train_and_measure(model, task, config, n_samples=settings["n_samples"], device=device)
     return {**point, "params": out["params"], "state_bits": bits, "error": out["errors"][1],
             "final_loss": out["final_loss"], "train_time_s": out["train_time_s"]}
+
+
+@functools.cache
+def _params(kind: str, d_model: int, depth: int, alphabet_size: int, heads: int, n_features: int | None,
+            window: int | None, global_every: int | None) -> int:
+    from hoplib.models import count_parameters
+
+    task = HopTask(seq_len=seq_len_for(alphabet_size), alphabet_size=alphabet_size, max_hops=1, min_hops=1)
+    settings = {"heads": heads, "n_features": n_features, "window": window, "global_every": global_every}
+    point = {"kind": kind, "d_model": d_model, "depth": depth}
+    return count_parameters(_model(point, task, settings)[0])
+
+
+def jobs(settings: Mapping[str, Any]) -> list[Job]:
+    """The training work of the sweep (one :class:`hoplib._book.timing.Job` per grid point), for time
+    estimates."""
+    s = check_settings(settings)
+    extra = tuple(s.get(key) for key in ATTENTION_KEYS)
+    return [Job(_params(p["kind"], p["d_model"], p["depth"], p["alphabet_size"], s["heads"], *extra),
+                s["batch_size"] * (p["seq_len"] - 1), s["steps"]) for p in grid(s)]
 
 
 def _one_thread() -> None:

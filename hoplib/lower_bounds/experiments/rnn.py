@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hoplib._book.timing import Job
 from hoplib._book.validate import check_int
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
@@ -144,6 +145,19 @@ def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: 
                            device=device, progress=progress)
 
 
+def jobs(profile: str) -> list[Job]:
+    """The training work of a profile (the depth sweep at batch 32, then the alphabet sweep), for the time
+    estimates of :mod:`hoplib._book.timing`."""
+    from hoplib.models import count_parameters
+
+    s = PROFILES[profile]
+    task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
+    build = rnn._build(task, 4)
+    out = [Job(count_parameters(build({"kind": kind, "d_model": w, "depth": d})[0]), 32 * task.length, s["steps"])
+           for kind in s["kinds"] for w in s["widths"] for d in s["depths"]]
+    return out + recall.jobs(s["alphabet"])
+
+
 def observations(records: Sequence[ErrorRecord], threshold: float = THRESHOLD) -> dict[str, bool]:
     """The two observations the chapter states about a sweep: ``deeper_helps`` (for every recurrent kind the
     deepest model has lower error than the one-layer model at every k >= 2) and ``transformer_multi_hop``
@@ -165,5 +179,5 @@ def best_errors(records: Sequence[ErrorRecord], k: int) -> dict[str, float]:
 
 
 __all__ = ["KINDS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors", "check_constructions",
-           "check_random_encodings", "observations", "plot_reduction_chain", "protocol_bit_row",
+           "check_random_encodings", "jobs", "observations", "plot_reduction_chain", "protocol_bit_row",
            "protocol_bit_rows", "rounds_or_long_messages", "sweep"]
