@@ -454,7 +454,8 @@ def test_subspace_and_residual_tables_have_one_line_per_item():
     from hoplib.construction import experiments
 
     model = hop_transformer(6, 25, 4)
-    assert len(experiments.subspace_table(model).splitlines()) == len(model.subspaces)
+    table = experiments.subspace_table(model)
+    assert len(table.splitlines()) == len(model.subspaces) + 1 and "<table" in table._repr_html_()
     assert experiments.model_widths((1, 9), (10, 200), (2, 26)) == {model.d_model}
     x = no_repeat_letters(1, 25, 4, seed=2)[0]
     lines = experiments.residual_table(model, x, 24).splitlines()
@@ -466,7 +467,7 @@ def test_search_table_reads_live_and_stored_searches():
 
     live = experiments.search_table({1: set(), 2: {1}}, {1: 5, 2: 50}).splitlines()
     stored = experiments.search_table({"1": [], "2": [1]}, {"1": 5, "2": 50}).splitlines()
-    assert live == stored and live[0].endswith("for k in none") and live[1].endswith("for k in [1]")
+    assert live == stored and live[1].endswith("none") and live[2].endswith("[1]")
 
 
 def _precision_record(n, dtype, c_min, errors=0):
@@ -488,7 +489,8 @@ def test_precision_summary_finds_the_largest_exact_and_first_failing_n():
         experiments.precision_summary([_precision_record(64, "float32", None)])
     fig = experiments.plot_precision(recs[:2], recs, hi=300.0)
     assert any("no c up to 300" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
-    assert len(experiments.precision_table(recs[:2]).splitlines()) == 2
+    assert len(experiments.precision_table(recs[:2]).splitlines()) == 3
+    assert experiments.precision_table(recs[4:5]).body[0][2] == "-", "no exact c"
 
 
 def test_precision_command_line_writes_a_results_file(tmp_path):

@@ -294,3 +294,11 @@ def test_closing_table_needs_rows():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def test_learned_accuracies_pivot_to_one_row_per_model_and_one_column_per_depth():
+    rows = [{"family": "path", "D": 2, "model": "gnn", "depth": d, "accuracy": a} for d, a in ((1, 0.5), (2, 1.0))]
+    rows.append({"family": "path", "D": 2, "model": "transformer", "depth": 1, "accuracy": 0.6})
+    table = gnn_ex.learned_text(rows)
+    assert table.header == ["family", "D", "model", "depth 1", "depth 2"]
+    assert table.body == [["path", "2", "gnn", "0.500", "1.000"], ["path", "2", "transformer", "0.600", "-"]]

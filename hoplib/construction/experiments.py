@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from hoplib._book.device import get_device
+from hoplib._book.tables import Table
 from hoplib._book.validate import check_int
 from hoplib.construction.depth import depth_ceil, depth_floor
 from hoplib.construction.layout import SUBSPACE_DOC
@@ -108,10 +109,10 @@ def v1_find_errors(x: torch.Tensor) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- the whole model
-def subspace_table(model: HopTransformer) -> str:
-    """One line per named residual subspace: name, coordinates, what it holds."""
-    return "\n".join(f"{name:>12} [{sl.start:>2}:{sl.stop:>2}]  {SUBSPACE_DOC[name]}"
-                     for name, sl in model.subspaces.items())
+def subspace_table(model: HopTransformer) -> Table:
+    """One row per named residual subspace: name, coordinates, what it holds (text or HTML, :class:`Table`)."""
+    return Table(["subspace", "coordinates", "holds"],
+                 [[name, f"[{sl.start}:{sl.stop}]", SUBSPACE_DOC[name]] for name, sl in model.subspaces.items()])
 
 
 def model_widths(ks: Iterable[int], ns: Iterable[int], alphabets: Iterable[int]) -> set[int]:
@@ -119,12 +120,10 @@ def model_widths(ks: Iterable[int], ns: Iterable[int], alphabets: Iterable[int])
     return {hop_transformer(k, n, a).d_model for k in ks for n in ns for a in alphabets}
 
 
-def residual_table(model: HopTransformer, x: torch.Tensor, position: int) -> str:
-    """:func:`describe_residuals` as a fixed-width table, one row per layer."""
+def residual_table(model: HopTransformer, x: torch.Tensor, position: int) -> Table:
+    """:func:`describe_residuals` as a :class:`Table`, one row per layer."""
     rows = describe_residuals(model, x, position)
-    lines = [" ".join(f"{c:>11}" for c in RESIDUAL_COLUMNS)]
-    lines += [" ".join(f"{str(row[c]):>11}" for c in RESIDUAL_COLUMNS) for row in rows]
-    return "\n".join(lines)
+    return Table(list(RESIDUAL_COLUMNS), [[str(row[c]) for c in RESIDUAL_COLUMNS] for row in rows])
 
 
 def exactness_table(ks: Iterable[int], n: int, n_seq: int, seed: int = 0, alphabet_size: int = 4,
@@ -152,11 +151,10 @@ def errors_with_repeats(ks: Iterable[int], n: int, alphabet_size: int, n_seq: in
 
 
 # --------------------------------------------------------------------------- depth
-def depth_table(rows: list[dict[str, int]]) -> str:
-    """The rows of :func:`exactness_table` as a table: k, the paper's depth, ours, the model's."""
-    lines = [f"{'k':>3} {'paper: floor+2':>15} {'ours: ceil+2':>13} {'our model':>10}"]
-    lines += [f"{r['k']:>3} {r['floor']:>15} {r['ceil']:>13} {r['n_layers']:>10}" for r in rows]
-    return "\n".join(lines)
+def depth_table(rows: list[dict[str, int]]) -> Table:
+    """The rows of :func:`exactness_table` as a :class:`Table`: k, the paper's depth, ours, the model's."""
+    return Table(["k", "paper: ⌊log₂k⌋+2", "ours: ⌈log₂k⌉+2", "our model"],
+                 [[str(r["k"]), str(r["floor"]), str(r["ceil"]), str(r["n_layers"])] for r in rows])
 
 
 def plot_depth(max_k: int = 64):  # noqa: ANN201 - matplotlib Figure
@@ -175,17 +173,19 @@ def plot_depth(max_k: int = 64):  # noqa: ANN201 - matplotlib Figure
     return fig
 
 
-def search_table(found: dict, n_programs: dict) -> str:
-    """One line per depth of a pointer-program search (live: int keys and sets; stored: str keys and lists)."""
-    return "\n".join(f"depth {depth}: {n_programs[depth]:>6} programs tried, hop_k computed for k in "
-                     f"{sorted(found[depth]) or 'none'}" for depth in sorted(found, key=int))
+def search_table(found: dict, n_programs: dict) -> Table:
+    """One row per depth of a pointer-program search (live: int keys and sets; stored: str keys and lists)."""
+    return Table(["depth", "programs tried", "hop_k computed for k in"],
+                 [[str(depth), f"{n_programs[depth]:,}", str(sorted(found[depth]) or "none")]
+                  for depth in sorted(found, key=int)])
 
 
 # --------------------------------------------------------------------------- precision (Lemma A.2)
-def precision_table(records: list[dict]) -> str:
-    """One line per record of :func:`~hoplib.construction.precision.precision_study`."""
-    return "\n".join(f"N = {r['n']:>5} {r['dtype']:>8}: smallest exact c = {r['c_min']:.2f}, "
-                     f"ln(N+1) = {r['ln_n']:.2f}, Lemma A.2 c = {r['c_lemma_a2']:.1f}" for r in records)
+def precision_table(records: list[dict]) -> Table:
+    """One row per record of :func:`~hoplib.construction.precision.precision_study` (``-``: no exact c)."""
+    return Table(["N", "dtype", "smallest exact c", "ln(N+1)", "Lemma A.2 c"],
+                 [[str(r["n"]), r["dtype"], "-" if r["c_min"] is None else f"{r['c_min']:.2f}", f"{r['ln_n']:.2f}",
+                   f"{r['c_lemma_a2']:.1f}"] for r in records])
 
 
 def plot_precision(live: list[dict], stored: list[dict], hi: float):  # noqa: ANN201 - matplotlib Figure

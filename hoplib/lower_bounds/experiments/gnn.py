@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from hoplib._book.device import get_device
+from hoplib._book.tables import Table
 from hoplib._book.validate import check_int
 from hoplib.lower_bounds import gnn, graphs
 
@@ -154,10 +155,16 @@ def learned_summary(rows: Sequence[Mapping[str, Any]], threshold: float, eval_si
             "tf_best": max(tf), "tf_at_chance": max(tf) < 0.5 + noise}
 
 
-def learned_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One line per trained model: family, D, model, depth, test accuracy."""
-    return "\n".join(f"{r['family']:>5} D = {r['D']}: {r['model']:>11} depth {r['depth']}: accuracy "
-                     f"{r['accuracy']:.3f}" for r in rows)
+def learned_text(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """Test accuracy of the trained models as a :class:`Table`: one row per (family, D, model), one column per
+    depth (``-``: that depth was not trained)."""
+    depths = sorted({int(r["depth"]) for r in rows})
+    cells: dict[tuple[str, int, str], dict[int, float]] = {}
+    for r in rows:
+        cells.setdefault((r["family"], int(r["D"]), r["model"]), {})[int(r["depth"])] = float(r["accuracy"])
+    return Table(["family", "D", "model", *(f"depth {d}" for d in depths)],
+                 [[fam, str(d), model, *(f"{acc[dp]:.3f}" if dp in acc else "-" for dp in depths)]
+                  for (fam, d, model), acc in cells.items()])
 
 
 __all__ = ["PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter", "learned_summary", "learned_sweep",
