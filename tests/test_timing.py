@@ -55,3 +55,22 @@ def test_time_rows_mark_estimates_and_leave_the_seeded_generator_alone(tmp_path)
     assert torch.equal(torch.rand(3), expected)
     assert rows[0]["T4-class GPU (estimate)"] == "-" and rows[1]["T4-class GPU (estimate)"].startswith("≈")
     assert all(row["CPU (stored run, measured)"] == "-" for row in rows)
+
+
+def test_tables_print_as_text_and_render_as_html_with_their_caption():
+    from hoplib._book.tables import Table
+
+    table = Table(["a", "b<"], [["1", "22"]], caption="Sizes")
+    assert str(table).splitlines() == ["Sizes", "a  b<", "1  22"]
+    assert "<caption>Sizes</caption>" in table._repr_html_() and "b&lt;" in table._repr_html_()
+
+
+def test_a_chapter_start_shows_the_time_table_only_when_something_is_known(capsys, tmp_path, monkeypatch):
+    from hoplib._book import notebook
+
+    monkeypatch.setenv("HOPLIB_RESULTS", str(tmp_path))
+    notebook.start("hop_task", "quick", "cpu", 0, None, {"quick": {}})
+    assert "Time per profile" not in capsys.readouterr().out
+    notebook.start("rnn", "quick", "cpu", 0, None, {"quick": {}},
+                   jobs=lambda p: [timing.Job(params=10, tokens=10, steps=10)])
+    assert "Time per profile" in capsys.readouterr().out

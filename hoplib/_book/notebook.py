@@ -71,9 +71,10 @@ def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | Non
     print(f"hoplib {hoplib.__version__} | torch {torch.__version__} | chapter {chapter} | profile {profile} "
           f"| device {dev.type} | seed {seed}" + (f" | results -> {out}" if out else ""))
     rows = time_rows(chapter, list(profiles), jobs)
-    print("Time per profile: CPU as measured by the stored run; GPU estimated from the training FLOPs, not "
-          "measured (hoplib._book.timing); '-': nothing stored, or no training to estimate.")
-    show(Table(list(rows[0]), [list(r.values()) for r in rows]))
+    if any(value != "-" for row in rows for key, value in row.items() if key != "profile"):
+        show(Table(list(rows[0]), [list(r.values()) for r in rows],
+                   caption="Time per profile: CPU measured by the stored run; GPU estimated from FLOPs "
+                           "(hoplib._book.timing), not measured; '-': nothing stored or nothing to estimate."))
     return run
 
 

@@ -12,24 +12,27 @@ class Table(str):
 
     header: list[str]
     body: list[list[str]]
+    caption: str
 
-    def __new__(cls, header: Sequence[str], body: Sequence[Sequence[str]]) -> Table:
+    def __new__(cls, header: Sequence[str], body: Sequence[Sequence[str]], caption: str = "") -> Table:
         widths = [max(len(c), *(len(b[i]) for b in body)) for i, c in enumerate(header)]
-        lines = ["  ".join(c.rjust(w) for c, w in zip(header, widths, strict=True))]
+        lines = [caption] if caption else []
+        lines += ["  ".join(c.rjust(w) for c, w in zip(header, widths, strict=True))]
         lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths, strict=True)) for b in body]
         out = super().__new__(cls, "\n".join(lines))
-        out.header, out.body = list(header), [list(b) for b in body]
+        out.header, out.body, out.caption = list(header), [list(b) for b in body], caption
         return out
 
     def _repr_html_(self) -> str:
-        return html_table(self.header, self.body)
+        return html_table(self.header, self.body, self.caption)
 
 
-def html_table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
-    """An escaped HTML table (numbers right-aligned by the book's CSS)."""
+def html_table(header: Sequence[str], body: Sequence[Sequence[Any]], caption: str = "") -> str:
+    """An escaped HTML table, with an optional caption."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in b) + "</tr>" for b in body)
-    return f'<table class="hoplib-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f'<table class="hoplib-table">{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
 __all__ = ["Table", "html_table"]
