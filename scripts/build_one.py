@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     shutil.copy(ROOT / "chapters" / "hop_task.md", work / "chapters" / "hop_task.md")  # the intro links to it
     if (ROOT / "chapters" / f"{name}.ipynb").exists():
         shutil.copy(ROOT / "chapters" / f"{name}.ipynb", work / "chapters" / f"{name}.ipynb")
-    for extra in ("results",):
+    for extra in ("results", "_ext"):
         if (ROOT / extra).exists():
             shutil.copytree(ROOT / extra, work / extra)
     # Stub pages carry the other chapters' labels, so cross references to them resolve in a partial build.
