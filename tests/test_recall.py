@@ -118,3 +118,11 @@ def test_performer_settings_without_features_are_refused():
 def test_the_stored_rnn_profile_keeps_the_families_it_was_run_with():
     assert recall.PROFILES["cpu"]["kinds"] == ["gru", "lstm", "mamba", "transformer"]
     assert recall.PART_PROFILES["efficient_attention"] is recall.ATTENTION_PROFILES
+
+
+def test_errors_by_alphabet_keep_the_best_rate_in_the_books_family_order():
+    fake = [_rec(kind, 64, a, 3e-3, err) for kind, err in (("longformer", 0.5), ("softmax", 0.0)) for a in (4, 8)]
+    errs = recall.errors_by_alphabet(fake + FAKE, width=64)
+    assert list(errs) == ["gru", "transformer", "softmax", "longformer"]
+    assert errs["gru"] == {4: 0.0, 8: 0.3, 16: 0.8}
+    assert list(recall.widths_needed(fake, 0.1)) == ["softmax", "longformer"]

@@ -47,6 +47,7 @@ ATTENTION_KINDS = ("softmax", "performer", "longformer")
 KINDS = (*RECURRENT_KINDS, "transformer", *ATTENTION_KINDS[1:])
 """Families: the recurrent kinds, ``"transformer"`` (softmax attention; ``"softmax"`` is the same model under
 the efficient-attention chapter's name) and the two efficient attentions of Corollaries 5.3 and 5.4."""
+_ORDER = (*KINDS[:4], "softmax", *KINDS[4:])  # the order of families in tables and figures
 THRESHOLD = 0.1  # "solved": test error at most this
 KEYS = ("alphabets", "kinds", "depth", "widths", "lrs", "steps", "batch_size", "warmup_steps", "heads",
         "n_samples")
@@ -224,12 +225,21 @@ def best_table(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int
     return best
 
 
+def errors_by_alphabet(records: Sequence[Mapping[str, Any]], width: int) -> dict[str, dict[int, float]]:
+    """``{kind: {alphabet_size: best error}}`` at ``width`` (best over learning rates)."""
+    out: dict[str, dict[int, float]] = {}
+    for (kind, w, a), r in sorted(best_table(records).items(), key=lambda it: (_ORDER.index(it[0][0]), it[0][2])):
+        if w == width:
+            out.setdefault(kind, {})[a] = float(r["error"])
+    return out
+
+
 def widths_needed(records: Sequence[Mapping[str, Any]], threshold: float = THRESHOLD
                   ) -> dict[str, dict[int, int | None]]:
     """``{kind: {alphabet_size: smallest width whose best error <= threshold, or None}}``."""
     best = best_table(records)
     out: dict[str, dict[int, int | None]] = {}
-    for kind, width, a in sorted(best, key=lambda t: (t[0], t[2], t[1])):
+    for kind, width, a in sorted(best, key=lambda t: (_ORDER.index(t[0]), t[2], t[1])):
         row = out.setdefault(kind, {})
         row.setdefault(a, None)
         if row[a] is None and best[(kind, width, a)]["error"] <= threshold:
@@ -241,7 +251,7 @@ def error_rows(records: Sequence[Mapping[str, Any]], width: int) -> list[dict[st
     """One row per family at ``width``: parameters, state bits per layer, best error per alphabet size."""
     best = best_table(records)
     rows = []
-    for kind in (k for k in KINDS if any(key[0] == k and key[1] == width for key in best)):
+    for kind in (k for k in _ORDER if any(key[0] == k and key[1] == width for key in best)):
         cells = {a: r for (kd, w, a), r in best.items() if kd == kind and w == width}
         first = cells[min(cells)]
         row: dict[str, Any] = {"family": kind, "params": f"{first['params']:,}",
@@ -296,7 +306,7 @@ def observations(records: Sequence[Mapping[str, Any]], width: int, threshold: fl
     which are not, and whether the error grows from the smallest to the largest alphabet."""
     best = best_table(records)
     out: dict[str, Any] = {}
-    for kind in sorted({key[0] for key in best}, key=KINDS.index):
+    for kind in sorted({key[0] for key in best}, key=_ORDER.index):
         errs = {a: r["error"] for (kd, w, a), r in best.items() if kd == kind and w == width}
         out[kind] = {"solves_all": all(e <= threshold for e in errs.values()),
                      "unsolved": sorted(a for a, e in errs.items() if e > threshold),
