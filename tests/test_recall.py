@@ -126,3 +126,18 @@ def test_errors_by_alphabet_keep_the_best_rate_in_the_books_family_order():
     assert list(errs) == ["gru", "transformer", "softmax", "longformer"]
     assert errs["gru"] == {4: 0.0, 8: 0.3, 16: 0.8}
     assert list(recall.widths_needed(fake, 0.1)) == ["softmax", "longformer"]
+
+
+def test_cli_runs_other_seeds_on_chosen_alphabets_into_their_own_file(tmp_path, capsys, monkeypatch):
+    from hoplib._book.cli import run_cli
+    from hoplib._book.provenance import load_results
+
+    monkeypatch.setitem(recall.PART_PROFILES["rnn"], "quick", {**TINY, "widths": [8]})
+    assert run_cli(recall.main, ["--out", str(tmp_path), "--profile", "quick", "--alphabets", "5"]) == 2
+    assert "not in the profile" in capsys.readouterr().err
+    assert run_cli(recall.main, ["--out", str(tmp_path), "--profile", "quick", "--alphabets", "8",
+                                 "--seed", "3"]) == 0
+    stored = load_results(tmp_path / "rnn" / "quick" / "alphabet_seed3.json")
+    assert stored["parameters"]["alphabets"] == [8] and stored["parameters"]["seed"] == 3
+    assert {r["alphabet_size"] for r in stored["data"]} == {8}
+    assert not (tmp_path / "rnn" / "quick" / "alphabet.json").exists()

@@ -321,7 +321,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
     p.add_argument("--out", required=True, help="results root; writes <out>/<chapter>/<profile>/alphabet.json")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write alphabet_seed<seed>.json")
+    p.add_argument("--alphabets", type=int, nargs="+", help="only these of the profile's alphabet sizes")
     p.add_argument("--device", default="cpu")
     p.add_argument("--overwrite", action="store_true")
     return p.parse_args(argv)
@@ -336,16 +337,22 @@ def main(argv: list[str] | None = None) -> Path:
     check_int("workers", args.workers, low=1)
     check_int("seed", args.seed, low=0, high=2**32 - 1)
     device = str(get_device(args.device))
-    path = Path(args.out) / args.chapter / args.profile / "alphabet.json"
+    settings = dict(PART_PROFILES[args.chapter][args.profile])
+    if args.alphabets:
+        unknown = sorted(set(args.alphabets) - set(settings["alphabets"]))
+        if unknown:
+            raise ValueError(f"--alphabets {unknown} are not in the profile's alphabets {settings['alphabets']}")
+        settings["alphabets"] = sorted(set(args.alphabets))
+    name = "alphabet.json" if args.seed == 0 else f"alphabet_seed{args.seed}.json"
+    path = Path(args.out) / args.chapter / args.profile / name
     if path.exists() and not args.overwrite:
         raise ValueError(f"{path} exists; pass --overwrite to replace it")
     if path.parent.exists() and not path.parent.is_dir():
         raise ValueError(f"{path.parent} is not a folder")
-    settings = PART_PROFILES[args.chapter][args.profile]
     params = {"chapter": args.chapter, "part": "alphabet", "profile": args.profile, "device": device,
               "seed": args.seed, **settings}
     t0 = time.perf_counter()
-    partial = path.with_name("alphabet.partial.json")
+    partial = path.with_name(path.stem + ".partial.json")
     records = sweep(settings, seed=args.seed, device=device, workers=args.workers,
                     on_model=lambda recs: save_results(partial, recs, {**params, "complete": False}, device))
     out = save_results(path, records, params, device, time.perf_counter() - t0, workers=args.workers)
