@@ -141,3 +141,11 @@ def test_cli_runs_other_seeds_on_chosen_alphabets_into_their_own_file(tmp_path, 
     assert stored["parameters"]["alphabets"] == [8] and stored["parameters"]["seed"] == 3
     assert {r["alphabet_size"] for r in stored["data"]} == {8}
     assert not (tmp_path / "rnn" / "quick" / "alphabet.json").exists()
+
+
+def test_seed_tables_set_runs_of_several_seeds_side_by_side():
+    other = [dict(r, error=0.5) for r in FAKE]
+    errs = recall.seed_errors([(0, FAKE), (1, other)], alphabet_size=16, width=64)
+    assert errs["gru"] == {0: pytest.approx(0.8), 1: 0.5}
+    table = recall.seed_table([(0, FAKE), (1, other)], alphabet_size=16, width=64)
+    assert table.header == ["family", "seed 0", "seed 1"] and table.body[1] == ["transformer", "0.050", "0.500"]

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int
 from hoplib.lower_bounds.rnn import KINDS as RECURRENT_KINDS
@@ -232,6 +233,26 @@ def errors_by_alphabet(records: Sequence[Mapping[str, Any]], width: int) -> dict
         if w == width:
             out.setdefault(kind, {})[a] = float(r["error"])
     return out
+
+
+def seed_errors(runs: Sequence[tuple[int, Sequence[Mapping[str, Any]]]], alphabet_size: int, width: int
+                ) -> dict[str, dict[int, float]]:
+    """``{kind: {seed: best error}}`` at one alphabet size and width, from ``(seed, records)`` pairs."""
+    out: dict[str, dict[int, float]] = {}
+    for seed, records in runs:
+        for kind, errs in errors_by_alphabet(records, width).items():
+            if alphabet_size in errs:
+                out.setdefault(kind, {})[int(seed)] = errs[alphabet_size]
+    return out
+
+
+def seed_table(runs: Sequence[tuple[int, Sequence[Mapping[str, Any]]]], alphabet_size: int, width: int) -> Table:
+    """:func:`seed_errors` as a table: one row per family, one column per seed."""
+    errs = seed_errors(runs, alphabet_size, width)
+    seeds = sorted({seed for per in errs.values() for seed in per})
+    return Table(["family", *(f"seed {s}" for s in seeds)],
+                 [[kind, *(f"{per[s]:.3f}" if s in per else "-" for s in seeds)] for kind, per in errs.items()],
+                 caption=f"best error at k = 1, |Σ| = {alphabet_size}, width {width}")
 
 
 def widths_needed(records: Sequence[Mapping[str, Any]], threshold: float = THRESHOLD
