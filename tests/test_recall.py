@@ -149,3 +149,9 @@ def test_seed_tables_set_runs_of_several_seeds_side_by_side():
     assert errs["gru"] == {0: pytest.approx(0.8), 1: 0.5}
     table = recall.seed_table([(0, FAKE), (1, other)], alphabet_size=16, width=64)
     assert table.header == ["family", "seed 0", "seed 1"] and table.body[1] == ["transformer", "0.050", "0.500"]
+
+
+@pytest.mark.parametrize(("needed", "grows"), [({4: 16, 8: 32, 16: None}, True), ({4: 16, 8: 16}, False),
+                                                ({4: 32, 8: 16, 16: 64}, False), ({4: None, 8: None}, False)])
+def test_width_grows_means_never_falling_and_larger_at_the_end(needed, grows):
+    assert recall.width_grows(needed) is grows

@@ -226,6 +226,14 @@ def best_table(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int
     return best
 
 
+def width_grows(needed: Mapping[int, int | None]) -> bool:
+    """True when the width a family needs (None: more than any tried) never falls as |Σ| grows and is larger
+    at the largest alphabet than at the smallest."""
+    inf = float("inf")
+    widths = [inf if needed[a] is None else needed[a] for a in sorted(needed)]
+    return all(x <= y for x, y in zip(widths, widths[1:], strict=False)) and widths[-1] > widths[0]
+
+
 def errors_by_alphabet(records: Sequence[Mapping[str, Any]], width: int) -> dict[str, dict[int, float]]:
     """``{kind: {alphabet_size: best error}}`` at ``width`` (best over learning rates)."""
     out: dict[str, dict[int, float]] = {}
