@@ -155,3 +155,10 @@ def test_seed_tables_set_runs_of_several_seeds_side_by_side():
                                                 ({4: 32, 8: 16, 16: 64}, False), ({4: None, 8: None}, False)])
 def test_width_grows_means_never_falling_and_larger_at_the_end(needed, grows):
     assert recall.width_grows(needed) is grows
+
+
+def test_without_a_width_each_family_gets_its_best_width():
+    errs = recall.errors_by_alphabet(FAKE)
+    assert errs["gru"] == {4: 0.0, 8: pytest.approx(0.3), 16: pytest.approx(0.8)}
+    assert recall.observations(FAKE)["transformer"]["solves_all"]
+    assert "best of widths 16, 64" in recall.plot_sweep(FAKE).axes[0].get_title()

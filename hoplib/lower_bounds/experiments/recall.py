@@ -234,12 +234,15 @@ def width_grows(needed: Mapping[int, int | None]) -> bool:
     return all(x <= y for x, y in zip(widths, widths[1:], strict=False)) and widths[-1] > widths[0]
 
 
-def errors_by_alphabet(records: Sequence[Mapping[str, Any]], width: int) -> dict[str, dict[int, float]]:
-    """``{kind: {alphabet_size: best error}}`` at ``width`` (best over learning rates)."""
+def errors_by_alphabet(records: Sequence[Mapping[str, Any]], width: int | None = None
+                       ) -> dict[str, dict[int, float]]:
+    """``{kind: {alphabet_size: best error}}`` at ``width`` (best over learning rates), or, with ``width``
+    None, the best over every width tried as well."""
     out: dict[str, dict[int, float]] = {}
     for (kind, w, a), r in sorted(best_table(records).items(), key=lambda it: (_ORDER.index(it[0][0]), it[0][2])):
-        if w == width:
-            out.setdefault(kind, {})[a] = float(r["error"])
+        if width is None or w == width:
+            row = out.setdefault(kind, {})
+            row[a] = min(row.get(a, float("inf")), float(r["error"]))
     return out
 
 
@@ -296,23 +299,25 @@ _STYLE = {"gru": {"marker": "o", "color": "C0"}, "lstm": {"marker": "s", "color"
           "longformer": {"marker": "P", "color": "C5"}}
 
 
-def plot_sweep(records: Sequence[Mapping[str, Any]], width: int, threshold: float = THRESHOLD):
-    """Best error at k = 1 against |Σ| per family at ``width`` with the chance level; when several widths were
-    trained, a second panel with the smallest width that reaches ``threshold`` (above the grid: none did)."""
+def plot_sweep(records: Sequence[Mapping[str, Any]], width: int | None = None, threshold: float = THRESHOLD):
+    """Best error at k = 1 against |Σ| per family (at ``width``, or the best over every width tried) with the
+    chance level; when several widths were trained, a second panel with the smallest width that reaches
+    ``threshold`` (above the grid: none did)."""
     import matplotlib.pyplot as plt
 
-    best, needed = best_table(records), widths_needed(records, threshold)
+    errs, needed = errors_by_alphabet(records, width), widths_needed(records, threshold)
     alphabets = sorted({int(r["alphabet_size"]) for r in records})
     widths = sorted({int(r["d_model"]) for r in records})
     fig, axes = plt.subplots(1, 2 if len(widths) > 1 else 1, figsize=(10, 4) if len(widths) > 1 else (6, 4),
                              squeeze=False)
     ax = axes[0][0]
     for kind in needed:
-        ax.plot(alphabets, [best[(kind, width, a)]["error"] for a in alphabets], **_STYLE[kind], label=kind)
+        ax.plot(alphabets, [errs[kind][a] for a in alphabets], **_STYLE[kind], label=kind)
     ax.plot(alphabets, [1 - 1 / a for a in alphabets], ls=":", color="0.4", label="chance")
     ax.axhline(threshold, color="0.6", lw=0.8)
     ax.set(xscale="log", xlabel="alphabet size |Σ|  (N = 2|Σ| + 32)", ylabel="test error at k = 1",
-           ylim=(-0.02, 1.02), title=f"width {width}, depth {records[0]['depth']}")
+           ylim=(-0.02, 1.02), title=(f"width {width}" if width else f"best of widths {', '.join(map(str, widths))}")
+           + f", depth {records[0]['depth']}")
     ax.legend(loc="upper left")
     if len(widths) > 1:
         bx = axes[0][1]
@@ -329,14 +334,13 @@ def plot_sweep(records: Sequence[Mapping[str, Any]], width: int, threshold: floa
     return fig
 
 
-def observations(records: Sequence[Mapping[str, Any]], width: int, threshold: float = THRESHOLD
+def observations(records: Sequence[Mapping[str, Any]], width: int | None = None, threshold: float = THRESHOLD
                  ) -> dict[str, Any]:
-    """What the chapter states about a sweep at ``width``: per family, whether every alphabet is solved,
-    which are not, and whether the error grows from the smallest to the largest alphabet."""
-    best = best_table(records)
+    """What the chapter states about a sweep at ``width`` (None: the best over widths): per family, whether
+    every alphabet is solved, which are not, and whether the error grows from the smallest to the largest
+    alphabet."""
     out: dict[str, Any] = {}
-    for kind in sorted({key[0] for key in best}, key=_ORDER.index):
-        errs = {a: r["error"] for (kd, w, a), r in best.items() if kd == kind and w == width}
+    for kind, errs in errors_by_alphabet(records, width).items():
         out[kind] = {"solves_all": all(e <= threshold for e in errs.values()),
                      "unsolved": sorted(a for a, e in errs.items() if e > threshold),
                      "rises": errs[max(errs)] > errs[min(errs)] + threshold}
