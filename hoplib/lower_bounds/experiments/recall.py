@@ -308,7 +308,7 @@ def plot_sweep(records: Sequence[Mapping[str, Any]], width: int | None = None, t
     errs, needed = errors_by_alphabet(records, width), widths_needed(records, threshold)
     alphabets = sorted({int(r["alphabet_size"]) for r in records})
     widths = sorted({int(r["d_model"]) for r in records})
-    fig, axes = plt.subplots(1, 2 if len(widths) > 1 else 1, figsize=(10, 4) if len(widths) > 1 else (6, 4),
+    fig, axes = plt.subplots(1, 2 if len(widths) > 1 else 1, figsize=(8.6, 3.7) if len(widths) > 1 else (6, 4),
                              squeeze=False)
     ax = axes[0][0]
     for kind in needed:
@@ -321,8 +321,10 @@ def plot_sweep(records: Sequence[Mapping[str, Any]], width: int | None = None, t
     ax.legend(loc="upper left")
     if len(widths) > 1:
         bx = axes[0][1]
-        for kind in needed:
-            bx.plot(alphabets, [needed[kind][a] or widths[-1] * 2 for a in alphabets], **_STYLE[kind], label=kind)
+        for i, kind in enumerate(needed):  # offset each family a little so that equal widths stay visible
+            shift = 1.0 + 0.035 * (i - (len(needed) - 1) / 2)
+            bx.plot(alphabets, [(needed[kind][a] or widths[-1] * 2) * shift for a in alphabets], **_STYLE[kind],
+                    label=kind)
         bx.set(xscale="log", yscale="log", xlabel="alphabet size |Σ|",
                ylabel=f"smallest width with error ≤ {threshold}", title="width each family needs")
         bx.set_yticks([*widths, widths[-1] * 2], [*map(str, widths), f"> {widths[-1]}"])
