@@ -74,3 +74,9 @@ def test_a_chapter_start_shows_the_time_table_only_when_something_is_known(capsy
     notebook.start("rnn", "quick", "cpu", 0, None, {"quick": {}},
                    jobs=lambda p: [timing.Job(params=10, tokens=10, steps=10)])
     assert "Time per profile" in capsys.readouterr().out
+
+
+def test_outside_the_repository_nothing_is_measured(tmp_path, monkeypatch):
+    monkeypatch.delenv("HOPLIB_RESULTS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert timing.measured_cpu_seconds("rnn", "cpu") is None

@@ -83,9 +83,13 @@ def _wall(path: Path) -> tuple[float | None, bool]:
 
 def measured_cpu_seconds(chapter: str, profile: str, root: str | Path | None = None) -> float | None:
     """The CPU time of a chapter's stored ``profile`` run from its results' provenance (module doc), or None."""
-    from hoplib._book.results import results_dir
+    from hoplib._book.results import ResultsNotFoundError, results_dir
 
-    folder = (Path(root) if root is not None else results_dir()) / chapter / profile
+    try:
+        base = Path(root) if root is not None else results_dir()
+    except ResultsNotFoundError:  # outside the repository (e.g. Colab without a clone): nothing measured
+        return None
+    folder = base / chapter / profile
     if not folder.is_dir():
         return None
     notebook, separate = 0.0, 0.0
