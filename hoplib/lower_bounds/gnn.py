@@ -474,7 +474,9 @@ def plot_learned(rows: list[dict], threshold: float):
     """Left: accuracy against depth, one line per (model, family, D). Right: smallest depth reaching
     ``threshold`` against D for each model and family (missing where none did), with the GNN's bound L >= D
     and log2 D + 1."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    from hoplib.plots import integer_ticks
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     ds = sorted({r["D"] for r in rows})
     fams = list(dict.fromkeys(r["family"] for r in rows))
     cmap = plt.get_cmap("viridis")
@@ -498,12 +500,14 @@ def plot_learned(rows: list[dict], threshold: float):
     axes[0].set_xlabel("depth L")
     axes[0].set_ylabel("test accuracy")
     axes[0].set_ylim(0.4, 1.02)
-    axes[0].legend(fontsize="small", ncol=2)
+    axes[0].legend(fontsize="small", ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     axes[1].plot(ds, ds, "k:", label="GNN bound L = D")
     axes[1].plot(ds, [math.log2(d) + 1 for d in ds], "k-.", label="log2 D + 1")
     axes[1].set_xlabel("diameter D")
     axes[1].set_ylabel(f"smallest depth with accuracy >= {threshold}")
-    axes[1].legend(fontsize="small")
+    axes[1].legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+    for ax in axes:
+        integer_ticks(ax, "both" if ax is axes[1] else "x")
     fig.tight_layout()
     return fig
 
