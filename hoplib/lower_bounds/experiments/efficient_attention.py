@@ -28,20 +28,21 @@ PROFILES: dict[str, dict[str, Any]] = {
               "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8)], **_REDUCTION,
               "seq_len": 12, "max_hops": 2, "depths": [1, 2], "d_model": 32, "heads": 2, "n_features": 16,
               "window": 2, "global_every": 8, "steps": 40, "lr": 0.003, "warmup_steps": 5, "n_samples": 30,
-              "threshold": 0.1},
+              "threshold": 0.1,
+            "alphabet": recall.ATTENTION_PROFILES["quick"]},
     "cpu": {"favor_ms": [4, 16, 64, 256, 1024, 4096, 16384], "favor_draws": 10,
             "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8), (4, 16), (6, 16)], **_REDUCTION,
             "seq_len": 16, "max_hops": 3, "depths": [2, 3], "d_model": 32, "heads": 2, "n_features": 16,
             "window": 2, "global_every": 8, "steps": 2000, "lr": 0.003, "warmup_steps": 100, "n_samples": 100,
-            "threshold": 0.1},
+            "threshold": 0.1,
+          "alphabet": recall.ATTENTION_PROFILES["cpu"]},
     "paper": {"favor_ms": [4, 16, 64, 256, 1024, 4096, 16384], "favor_draws": 10,
               "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8), (4, 16), (6, 16), (8, 32)], **_REDUCTION,
               "seq_len": 100, "max_hops": 16, "depths": [2, 3, 4, 5, 6], "d_model": 128, "heads": 4,
               "n_features": 32, "window": 8, "global_every": 25, "steps": 20000, "lr": 0.001,
-              "warmup_steps": 1000, "n_samples": 100, "threshold": 0.1},
+              "warmup_steps": 1000, "n_samples": 100, "threshold": 0.1,
+            "alphabet": recall.ATTENTION_PROFILES["paper"]},
 }
-for _name, _profile in PROFILES.items():  # the alphabet sweep's settings, defined once in recall
-    _profile["alphabet"] = recall.ATTENTION_PROFILES[_name]
 
 
 def favor_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
