@@ -15,7 +15,9 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
+from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
 from hoplib._book.validate import check_choice, check_int
@@ -59,6 +61,50 @@ def integer_ticks(ax: Axes, axis: str = "x") -> Axes:
 def layer_label(layer_index: int) -> str:
     """The title of a 0-based layer index as the text names it: ``layer_label(0) == "layer 1"``."""
     return f"layer {check_int('layer_index', layer_index, low=0) + 1}"
+
+
+PAGE_WIDTH_PX = 720
+"""Width in CSS pixels of the book page's content column (sphinx-book-theme at a desktop window)."""
+MIN_TEXT_PX = 10.0
+"""The smallest text height, in CSS pixels at :data:`PAGE_WIDTH_PX`, that :func:`check_legible` accepts."""
+
+
+def _visible_texts(artist) -> list[Text]:
+    """Every visible, non-empty :class:`~matplotlib.text.Text` below ``artist``, pruning invisible subtrees."""
+    if not artist.get_visible():
+        return []
+    found = [artist] if isinstance(artist, Text) and artist.get_text().strip() else []
+    hidden_axes = isinstance(artist, Axes) and not artist.axison  # ax.axis("off") hides ticks and labels
+    for child in artist.get_children():
+        if not (hidden_axes and isinstance(child, mpl.axis.Axis)):
+            found += _visible_texts(child)
+    return found
+
+
+def text_sizes_px(fig: Figure, page_px: int = PAGE_WIDTH_PX) -> list[tuple[float, str]]:
+    """``(height in CSS px, text)`` of every visible text of ``fig`` when the notebook's image of it (tight
+    bounding box, as Jupyter saves it) is shown at most ``page_px`` wide; smallest first.
+
+    A point is 96/72 CSS pixels; a figure wider than the page is scaled down to fit it."""
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    page_px = check_int("page_px", page_px, low=1)
+    fig.draw_without_rendering()  # tick labels get their text at draw time
+    width_in = fig.get_tightbbox().width + 0.2  # Jupyter saves with bbox_inches="tight", pad 0.1 in
+    scale = min(1.0, page_px / (width_in * 96))
+    sizes = [(t.get_fontsize() * 96 / 72 * scale, t.get_text()) for t in _visible_texts(fig)]
+    return sorted(sizes, key=lambda pair: pair[0])
+
+
+def check_legible(fig: Figure, *, min_px: float = MIN_TEXT_PX, page_px: int = PAGE_WIDTH_PX) -> float:
+    """Raise ``ValueError`` naming the texts of ``fig`` smaller than ``min_px`` CSS pixels at the page's width
+    (:func:`text_sizes_px`); return the smallest size. The book calls it on every figure it shows."""
+    sizes = text_sizes_px(fig, page_px)
+    small = [(round(px, 1), text[:30]) for px, text in sizes if px < min_px]
+    if small:
+        raise ValueError(f"{len(small)} texts below {min_px} px at {page_px} px page width "
+                         f"(figure {fig.get_figwidth():.1f} in wide): {small[:6]}")
+    return sizes[0][0] if sizes else float("inf")
 
 
 def plot_pointer_chain(x: np.ndarray, i: int, k: int, ax: Axes | None = None) -> Axes:
@@ -147,7 +193,7 @@ def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", f
                 img[r, c] = w * np.array(colour[name][:3]) + (1 - w) * np.ones(3)
                 dark = w > 0.55 and name.startswith("find^") and int(name.split("^")[1]) < 0.6 * j_max
                 ax.text(c, r, f"{label[name]}\n{s:.2f}".replace("0.", ".").replace("1.00", "1"), ha="center",
-                        va="center", fontsize=8, color="white" if dark else "black", linespacing=0.9)
+                        va="center", fontsize=9, color="white" if dark else "black", linespacing=0.9)
     ax.imshow(img, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(n_k), [str(k) for k in ks], fontsize=9)
     ax.set_yticks(range(n_layers * n_heads),
@@ -155,5 +201,19 @@ def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", f
     for layer in range(1, n_layers):
         ax.axhline(layer * n_heads - 0.5, color="black", lw=0.8)
     ax.set_xlabel("k (hops of the input)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title)
     return ax
+
+
+def plot_best_patterns(tables: dict[str, dict], *, width: float = 8.5):
+    """:func:`plot_best_pattern` of every table of ``tables`` (title -> table), stacked, each at the page's
+    full width so that its cell labels stay legible; returns the figure."""
+    if not isinstance(tables, dict) or not tables:
+        raise ValueError("tables must be a non-empty dict from a title to a best_find_per_head table")
+    rows = [int(np.prod(np.asarray(t["best"]).shape[:2])) for t in tables.values()]
+    fig, axes = plt.subplots(len(rows), 1, figsize=(width, 0.33 * sum(rows) + 1.2 * len(rows)), squeeze=False,
+                             gridspec_kw={"height_ratios": rows})
+    for ax, (title, table) in zip(axes[:, 0], tables.items(), strict=True):
+        plot_best_pattern(table, ax, title=title)
+    fig.tight_layout()
+    return fig

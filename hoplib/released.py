@@ -33,7 +33,7 @@ import hashlib
 import math
 import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -616,14 +616,32 @@ def plot_alignment(alignment: dict[str, Any], k: int, ax=None, *, title: str = "
     img = ax.imshow(grid, vmin=0, vmax=1, cmap="Blues", aspect="auto", interpolation="nearest")
     ax.figure.colorbar(img, ax=ax, label="alignment score", fraction=0.04, pad=0.02)
     labels = [p.replace("find^", "") if p.startswith("find^") else p for p in cols]
-    ax.set_xticks(range(len(cols)), labels, fontsize=9)
+    ax.set_xticks(range(len(cols)), labels)
     ax.set_yticks(range(n_layers * n_heads),
-                  [f"L{la + 1} h{h + 1}" for la in range(n_layers) for h in range(n_heads)], fontsize=9)
+                  [f"L{la + 1} h{h + 1}" for la in range(n_layers) for h in range(n_heads)])
     for la in range(1, n_layers):
         ax.axhline(la * n_heads - 0.5, color="black", lw=0.8)
-    ax.set_xlabel("pattern: j of find^j, prev(ious token) or start", fontsize=10)
-    ax.set_title(title or f"alignment with find^j on hop_{k}", fontsize=11)
+    ax.set_xlabel("pattern: j of find^j, prev(ious token) or start")
+    ax.set_title(title or f"alignment with find^j on hop_{k}")
     return ax
+
+
+def plot_alignments(alignment: dict[str, Any], ks: Sequence[int], *, label: str = "",
+                    patterns: Iterable[str] | None = None):
+    """:func:`plot_alignment` for each k of ``ks``, stacked (one full-width panel per k, titled
+    ``"{label}, hop_k"``); returns the figure."""
+    import matplotlib.pyplot as plt
+
+    ks = [check_int("ks[i]", k, low=0) for k in ks]
+    if not ks:
+        raise ValueError("ks must name at least one hop count")
+    cols = list(patterns) if patterns is not None else None
+    n_rows = int(decode_alignment(alignment).shape[0] * decode_alignment(alignment).shape[1])
+    fig, axes = plt.subplots(len(ks), 1, figsize=(8, (0.3 * n_rows + 1.6) * len(ks)), squeeze=False)
+    for ax, k in zip(axes[:, 0], ks, strict=True):
+        plot_alignment(alignment, k, ax, patterns=cols, title=f"{label}, hop_{k}" if label else "")
+    fig.tight_layout()
+    return fig
 
 
 def best_pattern_table(alignment: dict[str, Any], *, authors: bool = False,
@@ -739,8 +757,28 @@ def plot_errors(table, ax=None, *, n_train: int = -1, column: str = "pooled", he
     ax.set_xscale("log", base=2)
     ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
     ax.set_ylim(-0.02, 0.8)
-    ax.set_xlabel("k", fontsize=10)
-    ax.set_ylabel("error", fontsize=10)
-    ax.set_title(title or f"n = {'∞' if n_train == -1 else n_train}", fontsize=11)
-    ax.legend(fontsize=8, loc="best")
+    ax.set_xlabel("k")
+    ax.set_ylabel("error")
+    ax.set_title(title or f"n = {'∞' if n_train == -1 else n_train}")
+    ax.legend(loc="best", ncols=2, handlelength=1.2, columnspacing=0.8)
     return ax
+
+
+def plot_error_grid(table, sizes: Sequence[int], *, column: str = "pooled", heads: int = 4, ncols: int = 2):
+    """:func:`plot_errors` for every training-set size of ``sizes`` present in ``table`` (``-1``: fresh
+    samples, the paper's Figure 2; the others its Figures 16-19), ``ncols`` panels a row, one shared error axis,
+    sized for the page's width. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    ncols = check_int("ncols", ncols, low=1)
+    panels = [int(n) for n in sizes if (table["n_train"] == n).any()]
+    if not panels:
+        raise ValueError(f"table has no rows for any of the sizes {list(sizes)}")
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.2 * nrows), sharey=True, squeeze=False)
+    for ax, n in zip(axes.flat, panels, strict=False):
+        plot_errors(table, ax, n_train=n, column=column, heads=heads)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig

@@ -222,7 +222,7 @@ def largest_solved(records: Iterable[ErrorRecord], *, threshold: float = 0.05, f
 
 
 # --------------------------------------------------------------------------- figures
-_FONT = {"label": 11, "tick": 10, "title": 11, "legend": 9, "cell": 8}
+_FONT = {"label": 11, "tick": 10, "title": 11, "legend": 10, "cell": 9}
 
 
 def _metric_of(recs: list[ErrorRecord], metric: str | None) -> str:
@@ -327,7 +327,7 @@ def plot_error_vs_k_groups(groups: Mapping[str, Iterable[ErrorRecord]], ax=None,
     ks = sorted({k for t in tables.values() for d in all_depths for k in t.get(d, {}) if k >= min_k})
     _k_axis(ax, ks, logx)
     _finish(ax, chance, title)
-    ax.legend(fontsize=_FONT["legend"] - 1, ncol=2 if len(ax.get_lines()) > 7 else 1)
+    ax.legend(fontsize=_FONT["legend"], ncol=2 if len(ax.get_lines()) > 7 else 1)
     return ax
 
 

@@ -326,6 +326,9 @@ def test_describe_residuals_and_plot_attention():
     assert rows[-1]["acc"] == int(find_k(x, 5)[29])
     axes = plot_attention(model, x)
     assert len(axes) == model.n_layers
+    from hoplib.plots import check_legible
+
+    assert check_legible(axes[0].figure) >= 9  # three panels a row: legible at the page's width
     with pytest.raises(ValueError, match="position"):
         describe_residuals(model, x, 30)
     with pytest.raises(TypeError, match="single-k"):

@@ -216,6 +216,19 @@ def test_best_pattern_heatmap_writes_the_argmax_of_each_cell():
         plot_best_pattern({"ks": []})
 
 
+def test_stacked_best_patterns_are_legible_at_page_width():
+    from hoplib.evaluate import best_find_per_head
+    from hoplib.plots import check_legible, plot_best_patterns
+
+    task = HopTask(seq_len=24, max_hops=3)
+    table = best_find_per_head(PatternModel(task), task, ks=[1, 2, 3], n_samples=4, device="cpu")
+    fig = plot_best_patterns({"a": table, "b": table})
+    assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
+    check_legible(fig)
+    with pytest.raises(ValueError):
+        plot_best_patterns({})
+
+
 # ----------------------------------------------------------------------------- models that do not fit the task
 class _TinyModel(nn.Module):
     """Embedding + linear map with chosen numbers of embedding rows and output classes."""

@@ -324,6 +324,55 @@ def test_depth_sweep_runs_the_requested_jobs_and_plots():
     plt.close("all")
 
 
+# --------------------------------------------------------------------------- the edge-set transformer
+def test_edge_labels_mark_exactly_the_edges_of_the_source_component():
+    from hoplib.lower_bounds.gnn import edge_labels
+
+    g = sample_graphs("tree", 4, 8, seed=3)
+    labels = edge_labels(g)
+    for i in range(g.batch_size):
+        comp = nx.node_connected_component(g.to_networkx(i), int(g.s[i]))
+        want = [int(int(u) in comp) for u, _ in g.edges[i].tolist()]
+        assert labels[i].tolist() == want and sum(want) == g.num_edges // 2
+
+
+def test_edge_set_transformer_is_equivariant_to_the_order_and_orientation_of_edges():
+    from hoplib.lower_bounds.gnn import EdgeSetTransformer
+
+    torch.manual_seed(0)
+    g = sample_graphs("cycle", 3, 4, seed=1)
+    model = EdgeSetTransformer(g.num_nodes, 2, d_model=16, heads=2).eval()
+    out = model(g.edges, g.s)
+    perm = torch.randperm(g.num_edges)
+    shuffled = g.edges[:, perm].flip(2)  # another order, every edge written the other way round
+    assert out.shape == (4, g.num_edges, 2)
+    assert torch.allclose(model(shuffled, g.s), out[:, perm], atol=1e-5)
+    with pytest.raises(ValueError, match="node names"):
+        model(g.edges + g.num_nodes, g.s)
+    with pytest.raises(ValueError, match="edges must be"):
+        model(g.edges[0], g.s)
+
+
+def test_unmasked_attention_lets_the_first_token_see_the_last():
+    from hoplib.lower_bounds.gnn import EdgeSetTransformer
+
+    torch.manual_seed(0)
+    g = sample_graphs("path", 3, 2, seed=0)
+    model = EdgeSetTransformer(g.num_nodes, 1, d_model=16, heads=2).eval()
+    changed = g.edges.clone()
+    changed[:, -1] = changed[:, -1].flip(1).roll(1, 0)  # a different last edge
+    assert not torch.allclose(model(g.edges, g.s)[:, 0], model(changed, g.s)[:, 0])
+
+
+def test_train_edge_transformer_learns_diameter_two_paths_at_depth_one():
+    from hoplib.lower_bounds.gnn import train_edge_transformer
+
+    r = train_edge_transformer("path", 2, 1, steps=400, d_model=32, heads=2, lr=3e-3, eval_size=256)
+    assert r["model"] == "edge-transformer" and r["accuracy"] >= 0.9 and r["edge_accuracy"] >= 0.9
+    with pytest.raises(ValueError, match="depth"):
+        train_edge_transformer("path", 2, -1, steps=1)
+
+
 def test_exercise_checkers_accept_right_and_reject_wrong_answers():
     from hoplib.exercises.gnn import check_reach_layer, check_squarings
 

@@ -118,6 +118,16 @@ def test_plot_families_draws_one_panel_per_family_and_one_curve_per_depth():
         lbx.plot_families([])
 
 
+def test_plot_families_wraps_four_families_into_a_legible_grid():
+    from hoplib.plots import check_legible
+
+    recs = _records({(fam, 2): [0.0, 0.3] for fam in ("gru", "lstm", "mamba", "transformer")})
+    fig = lbx.plot_families(recs, ["transformer", "gru", "lstm", "mamba"], chance=0.75, title="t")
+    assert [ax.get_title() for ax in fig.axes] == ["transformer", "gru", "lstm", "mamba"]
+    assert fig.get_figwidth() < 8
+    check_legible(fig)
+
+
 # --------------------------------------------------------------------------- the RNN chapter
 
 
@@ -255,6 +265,48 @@ def test_learned_summary_applies_the_locality_bound_with_sampling_noise():
     assert not strict["shallow_at_chance"] and not strict["all_or_nothing"]
     with pytest.raises(ValueError, match="transformers"):
         gnn_ex.learned_summary(rows[:2], 0.9, 400)
+
+
+def _edge_rows(acc: dict[tuple[str, int], list[float]]) -> list[dict]:
+    return [{"family": fam, "D": d, "depth": i + 1, "accuracy": a, "edge_accuracy": a}
+            for (fam, d), accs in acc.items() for i, a in enumerate(accs)]
+
+
+def test_edge_summary_reads_the_smallest_solving_depth_and_its_growth():
+    rows = _edge_rows({("path", 2): [1.0, 1.0, 1.0], ("path", 4): [0.5, 0.7, 1.0], ("path", 8): [0.5, 0.5, 0.95]})
+    s = gnn_ex.edge_summary(rows, 0.9)
+    assert s["needed"] == {("path", 2): 1, ("path", 4): 3, ("path", 8): 3}
+    assert s["all_solved"] and s["below_D"] and s["within_log"] and s["grows"] and s["shallow_fails"]
+    worse = _edge_rows({("path", 2): [0.5, 1.0, 1.0], ("path", 4): [0.9, 1.0, 1.0], ("path", 8): [0.5] * 3})
+    w = gnn_ex.edge_summary(worse, 0.9)
+    assert w["needed"][("path", 8)] is None and not w["all_solved"]
+    assert not w["grows"] and not w["shallow_fails"]  # D = 4 solved at depth 1, D = 2 needs 2
+    plots_ok = gnn_ex.plot_edge_sweep(rows, 0.9)
+    from hoplib.plots import check_legible
+
+    check_legible(plots_ok)
+    matplotlib.pyplot.close(plots_ok)
+    assert "0.950 (0.95)" in gnn_ex.edge_text(rows)
+
+
+def test_edge_points_cover_the_profile_grid_and_skip_small_diameters():
+    settings = dict(gnn_ex.PROFILES["quick"], edge_families=["path", "cycle"], edge_ds=[1, 2], edge_depths=[1])
+    assert gnn_ex.edge_points(settings) == [{"family": "path", "D": 1, "depth": 1},
+                                            {"family": "path", "D": 2, "depth": 1},
+                                            {"family": "cycle", "D": 2, "depth": 1}]
+    with pytest.raises(ValueError, match="lack"):
+        gnn_ex.edge_points({"edge_ds": [2]})
+
+
+def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
+    from hoplib._book.cli import run_cli
+
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--workers", "0"]) == 2
+    assert "workers" in capsys.readouterr().err
+    (tmp_path / "gnn" / "quick").mkdir(parents=True)
+    (tmp_path / "gnn" / "quick" / "edge_sweep.json").write_text("{}")
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick"]) == 2
+    assert "exists" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the closing table

@@ -35,3 +35,35 @@ def test_layers_are_named_from_one():
     assert plots.layer_label(0) == "layer 1" and plots.layer_label(2) == "layer 3"
     with pytest.raises(ValueError):
         plots.layer_label(-1)
+
+
+def _figure(width_in: float, fontsize: float, *, hidden_axis: bool = False):
+    fig, ax = plt.subplots(figsize=(width_in, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("title", fontsize=fontsize)
+    ax.tick_params(labelsize=fontsize)
+    if hidden_axis:
+        ax.axis("off")
+    return fig
+
+
+def test_text_sizes_shrink_with_figures_wider_than_the_page():
+    narrow, wide = _figure(6, 10), _figure(16, 10)
+    px_narrow = plots.text_sizes_px(narrow)[0][0]
+    px_wide = plots.text_sizes_px(wide)[0][0]
+    assert px_narrow == pytest.approx(10 * 96 / 72)  # 6 in fits the 720 px page unscaled
+    assert px_wide < 0.65 * px_narrow  # ~16 in (less its margins) is shown at well under its size
+    plt.close("all")
+
+
+def test_check_legible_names_small_texts_and_ignores_hidden_ones():
+    fig = _figure(6, 10)
+    assert plots.check_legible(fig) >= plots.MIN_TEXT_PX
+    with pytest.raises(ValueError, match="below"):
+        plots.check_legible(_figure(16, 8))
+    hidden = _figure(6, 10, hidden_axis=True)
+    hidden.axes[0].tick_params(labelsize=2)  # invisible with the axis off
+    assert plots.check_legible(hidden) >= plots.MIN_TEXT_PX
+    with pytest.raises(TypeError):
+        plots.text_sizes_px("not a figure")
+    plt.close("all")

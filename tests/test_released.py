@@ -367,6 +367,18 @@ def test_alignment_heatmap_has_one_based_rows_and_a_colour_bar():
     plt.close(fig)
 
 
+def test_alignment_panels_stack_one_per_k_and_stay_legible():
+    from hoplib.plots import check_legible
+
+    table = {"ks": [1, 2, 4], "patterns": ["prev", "find^0", "find^1", "start"], "scores": torch.rand(4, 4, 3, 4)}
+    fig = released.plot_alignments(released.encode_alignment(table), (1, 4), label="m")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["m, hop_1", "m, hop_4"]
+    check_legible(fig)
+    with pytest.raises(ValueError):
+        released.plot_alignments(released.encode_alignment(table), ())
+
+
 def test_best_pattern_table_restricted_to_find_1_and_up_as_the_authors():
     scores = torch.zeros(1, 1, 1, 4)
     scores[..., 0] = 0.9  # prev is best overall ...
@@ -441,6 +453,17 @@ def test_plot_errors_draws_ours_solid_and_published_dashed(fake_table):
     with pytest.raises(ValueError):
         released.plot_errors(fake_table, ax, n_train=3000)
     plt.close(fig)
+
+
+def test_error_grid_has_a_panel_per_size_present_and_is_legible(fake_table):
+    from hoplib.plots import check_legible
+
+    fig = released.plot_error_grid(fake_table, (1000, -1, 3000))
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["n = 1000", "n = ∞"]  # only the sizes the table holds
+    check_legible(fig)
+    with pytest.raises(ValueError, match="no rows"):
+        released.plot_error_grid(fake_table, (3000,))
 
 
 def test_load_stored_results_finds_files_by_model_name(tmp_path):

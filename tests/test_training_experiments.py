@@ -109,15 +109,21 @@ def test_live_sweep_trains_a_named_grid(tmp_path, monkeypatch):
     assert ex.grid_task("tiny").seq_len == 10
 
 
-def test_chapter_figures_have_their_panels():
+def test_chapter_figures_have_their_panels_and_are_legible_at_page_width():
+    from hoplib.plots import check_legible
+
     med, pub = ex.load_stored_sweep("medium").records(), ex.published()
     fig = ex.plot_depth_pair(med, pub, titles=("a", "b"), chances=(0.75, 0.75))
     assert len(fig.axes) == 2 and fig.axes[1].get_xscale() == "log"
-    assert len(ex.plot_heatmap_pair(med, pub, titles=("a", "b")).axes) == 2
+    check_legible(fig)
+    heat = ex.plot_heatmap_pair(med, pub, titles=("a", "b"))
+    assert len(heat.axes) == 2
+    check_legible(heat)
     groups = ex.width_and_sample_groups(ex.load_stored_sweep("small"))
     fig = ex.plot_width_samples(groups, ({"m = 128": pub}, {"fresh": pub}), titles=list("abcd"),
                                 chances=(0.75, 0.75))
     assert len(fig.axes) == 4
+    check_legible(fig)
     with pytest.raises(ValueError, match="titles"):
         ex.plot_width_samples(groups, ({"m = 128": pub}, {"fresh": pub}), titles=["a"], chances=(0.75, 0.75))
     plt.close("all")

@@ -92,6 +92,24 @@ def show(obj: Any) -> None:
         display(obj)
 
 
+def _check_figure(name: str, fig: Any) -> None:
+    """Every figure the book shows must be legible at the page's width (:func:`hoplib.plots.check_legible`).
+    With ``$HOPLIB_FIGURE_REPORT`` set to a file, append ``name, smallest text px, width`` to it instead."""
+    from hoplib.plots import check_legible, text_sizes_px
+
+    report = os.environ.get("HOPLIB_FIGURE_REPORT")
+    if not report:
+        try:
+            check_legible(fig)
+        except ValueError as err:
+            raise ValueError(f"figure {name!r}: {err}") from None
+        return
+    sizes = text_sizes_px(fig)
+    smallest = sizes[0] if sizes else (float("inf"), "")
+    with open(report, "a", encoding="utf-8") as fh:
+        fh.write(f"{name}\t{smallest[0]:.1f}\t{smallest[1][:30]!r}\t{fig.get_figwidth():.1f}\n")
+
+
 def glue(name: str, value: Any, display: bool = False) -> None:
     """myst-nb's ``glue`` when it is installed (the book build), else nothing (Colab, plain Jupyter).
 
@@ -105,6 +123,8 @@ def glue(name: str, value: Any, display: bool = False) -> None:
         from myst_nb import glue as _glue
     except ImportError:  # pragma: no cover - only outside the book's environment
         return
+    if hasattr(value, "savefig"):
+        _check_figure(name, value)
     _glue(name, value, display=display)
     if hasattr(value, "savefig"):
         import matplotlib.pyplot as plt

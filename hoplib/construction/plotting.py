@@ -53,9 +53,12 @@ def plot_attention(model: HopTransformer, x: torch.Tensor, axes=None):  # noqa: 
     check_single_k(model)
     tr = model.trace(x[None])
     n_l = model.n_layers
-    if axes is None:
-        _, axes = plt.subplots(1, n_l, figsize=(2.6 * n_l, 2.8), squeeze=False)
-        axes = axes[0]
+    if axes is None:  # three panels a row keeps the labels legible at the page's width
+        rows, cols = -(-n_l // 3), min(3, n_l)
+        _, grid = plt.subplots(rows, cols, figsize=(2.8 * cols, 2.9 * rows), squeeze=False)
+        for extra in grid.flat[n_l:]:
+            extra.set_visible(False)
+        axes = list(grid.flat[:n_l])
     n = x.shape[0]
     for ell, (ax, att) in enumerate(zip(axes, tr.attentions, strict=False), start=1):
         ax.imshow(att[0].double().cpu().numpy(), cmap="Blues", vmin=0, vmax=1)
@@ -65,8 +68,7 @@ def plot_attention(model: HopTransformer, x: torch.Tensor, axes=None):  # noqa: 
             j = 1 if ell == 2 else 2 ** (ell - 3)
             target, label = find_k(x.cpu(), j), f"find^{j}"
         ax.scatter((target + 1).numpy(), range(1, n + 1), s=6, c="red", marker=".")
-        ax.set_title(f"layer {ell}: {label}", fontsize=9)
-        ax.set_xlabel("key position", fontsize=8)
-        ax.tick_params(labelsize=9)
-    axes[0].set_ylabel("query position", fontsize=8)
+        ax.set_title(f"layer {ell}: {label}")
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
     return axes

@@ -32,6 +32,12 @@ width ``m`` and depth ``L`` deciding whether a subgraph is connected needs ``L s
 
 **Learned experiment** (:func:`train_gnn`, :func:`train_transformer`, :func:`depth_sweep`): GNNs and
 :class:`hoplib.models.GPT` transformers on the serialised edge list, trained per (family, D, depth).
+
+**The edge-set transformer** (:class:`EdgeSetTransformer`, :func:`train_edge_transformer`): the input of
+Corollary 3.3 as the paper writes it, one token per edge, ``E[u] + E[v]`` (plus a mark on the edges at ``s``),
+no positions and unmasked (:class:`BidirectionalAttention`) attention, the book's GPT blocks. It labels every
+edge by whether it lies in ``s``'s component (dense targets: the component labelling of Corollary 3.3), and the
+connectivity answer is its label at ``t``'s edge. Unlike the causal model on the token list above, it learns.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -58,7 +66,7 @@ from hoplib.lower_bounds.graphs import (
     serialise,
     vocab_size,
 )
-from hoplib.models import GPT, GPTConfig
+from hoplib.models import GPT, AttentionSpec, CausalSelfAttention, GPTConfig, register_attention
 from hoplib.train import TrainConfig, optimise
 
 AGGREGATIONS = ("sum", "mean", "max")
@@ -385,6 +393,90 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
             "heads": heads, "marks": marks, "steps": steps, **scored}
 
 
+# --------------------------------------------------------------------------- edge-set transformer
+class BidirectionalSelfAttention(CausalSelfAttention):
+    """Softmax self-attention without the causal mask: every token sees every token (edges form a set)."""
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not need_weights:
+            drop = self.dropout if self.training else 0.0
+            return F.scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=drop), None
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+        return F.dropout(att, self.dropout, self.training) @ v, att
+
+
+@register_attention
+@dataclass(frozen=True)
+class BidirectionalAttention(AttentionSpec):
+    """Unmasked softmax attention (the paper's transformers of Section 2 and Corollary 3.3 are unmasked)."""
+
+    name: ClassVar[str] = "bidirectional"
+
+    def build(self, config: GPTConfig) -> BidirectionalSelfAttention:
+        return BidirectionalSelfAttention(config)
+
+
+class EdgeSetTransformer(nn.Module):
+    """A transformer on the edge set (Corollary 3.3's input): token ``i`` is edge ``(u_i, v_i)``, embedded as
+    ``E[u_i] + E[v_i] + E[mark_i]`` (``mark_i``: the edge touches ``s``), with no positions, followed by the
+    book's GPT blocks with :class:`BidirectionalAttention`, a final LayerNorm and 2 logits per edge.
+
+    ``forward(edges (B, E, 2), s (B,))`` returns logits (B, E, 2): is edge i in ``s``'s component?"""
+
+    def __init__(self, n_ids: int, depth: int, *, d_model: int = 64, heads: int = 4):
+        super().__init__()
+        self.n_ids = check_int("n_ids", n_ids, low=2)
+        cfg = GPTConfig(vocab_size=self.n_ids + 2, n_positions=1, depth=depth, d_model=d_model, heads=heads,
+                        n_classes=2, attention=BidirectionalAttention())
+        self.gpt = GPT(cfg)  # its token embedding, blocks, final LayerNorm and unembedding (wpe is unused)
+
+    def forward(self, edges: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        if edges.dim() != 3 or edges.shape[2] != 2 or s.shape != edges.shape[:1]:
+            raise ValueError(f"edges must be (B, E, 2) and s (B,), got {tuple(edges.shape)}, {tuple(s.shape)}")
+        if int(edges.min()) < 0 or int(edges.max()) >= self.n_ids:
+            raise ValueError(f"node names must lie in [0, {self.n_ids})")
+        mark = (edges == s[:, None, None]).any(2).long() + self.n_ids
+        x = self.gpt.wte(edges).sum(2) + self.gpt.wte(mark)
+        for block in self.gpt.blocks:
+            x, _ = block(x)
+        return self.gpt.unembed(self.gpt.ln_f(x))
+
+
+def edge_labels(batch: GraphBatch) -> torch.Tensor:
+    """(B, E) int64: 1 where the edge lies in ``s``'s component (the component labelling of Corollary 3.3)."""
+    reach = bfs_distances(batch.edges, batch.num_nodes, batch.s) >= 0
+    return reach.gather(1, batch.edges[:, :, 0]).long()
+
+
+def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: int = 64, heads: int = 4,
+                           steps: int = 2000, batch_size: int = 64, lr: float = 1e-3, seed: int = 0,
+                           eval_size: int = 512, device: str | torch.device = "cpu") -> dict:
+    """Train an :class:`EdgeSetTransformer` of depth ``depth`` to label every edge of fresh instances by
+    :func:`edge_labels` (cross-entropy averaged over the edges); return the connectivity accuracy (the label
+    of ``t``'s edge against ``y``) and the edge accuracy on ``eval_size`` held-out instances."""
+    _check_train(family, diameter, depth, eval_size)
+    config = _config(steps, batch_size, lr, seed, weight_decay=0.01)
+    dev = get_device(device)
+    torch.manual_seed(seed)
+    model = EdgeSetTransformer(sample_graphs(family, diameter, 1).num_nodes, depth, d_model=d_model,
+                               heads=heads).to(dev)
+    edge_acc: list[float] = []
+
+    def loss_and_acc(data_seed: int, size: int = batch_size):
+        g = sample_graphs(family, diameter, size, seed=data_seed, device=dev)
+        logits, target = model(g.edges, g.s).float(), edge_labels(g)
+        pred = logits.argmax(-1)
+        at_t = (g.edges == g.t[:, None, None]).any(2).float().argmax(1)  # an edge at t
+        edge_acc.append(float((pred == target).float().mean()))
+        answer = pred.gather(1, at_t[:, None]).squeeze(1)
+        return F.cross_entropy(logits.reshape(-1, 2), target.reshape(-1)), (answer == g.y).float().mean()
+
+    scored = _fit_and_score(model, loss_and_acc, config, dev, eval_size)
+    return {"model": "edge-transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
+            "heads": heads, "steps": steps, "edge_accuracy": edge_acc[-1], **scored}
+
+
 def depth_sweep(family: str, diameters: list[int], gnn_depths: list[int] | str, tf_depths: list[int], *,
                 tf_diameters: list[int] | None = None, gnn: dict | None = None, transformer: dict | None = None,
                 seed: int = 0, device: str | torch.device = "cpu", progress: bool = False) -> list[dict]:
@@ -432,7 +524,7 @@ def plot_depth_vs_diameter(exact_rows: list[dict], doubling_rows: list[dict], mp
     """Left: depth needed against D: exact GNN (measured smallest depth), pointer doubling (squarings + 1),
     log2 D, and Theorem 5.1's scale N^{1/4}/sqrt(m). Right: the MPC protocol's iterations and Theorem 3.1's
     layers (rounds + 1)."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 3.8))
     ax = axes[0]
     for fam in dict.fromkeys(r["family"] for r in exact_rows):
         sel = [r for r in exact_rows if r["family"] == fam]
@@ -476,7 +568,7 @@ def plot_learned(rows: list[dict], threshold: float):
     and log2 D + 1."""
     from hoplib.plots import integer_ticks
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 4.8))
     ds = sorted({r["D"] for r in rows})
     fams = list(dict.fromkeys(r["family"] for r in rows))
     cmap = plt.get_cmap("viridis")
@@ -516,4 +608,5 @@ __all__ = ["AGGREGATIONS", "GNNLayer", "MessagePassingGNN", "aggregate", "ball",
            "doubling_connectivity", "doubling_rounds_vs_diameter", "exact_gnn_depth_vs_diameter",
            "exact_reachability_gnn", "gnn_accuracy_bound", "loukas_depth_scale", "move_source_to_other_component",
            "mpc_connectivity_rounds", "perturb_outside_ball", "plot_depth_vs_diameter", "plot_learned",
-           "smallest_depth", "train_gnn", "train_transformer"]
+           "smallest_depth", "train_gnn", "train_transformer", "BidirectionalAttention", "BidirectionalSelfAttention",
+           "EdgeSetTransformer", "edge_labels", "train_edge_transformer"]

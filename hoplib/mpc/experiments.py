@@ -285,7 +285,7 @@ def summary_table(grid: list[dict], cycles: list[dict], demo: dict, layers: list
 # --------------------------------------------------------------------------- figures
 def plot_hop_rounds(by_k: list[dict], grid: list[dict]):
     """Two panels: rounds against k at fixed N, and against N at fixed k, one line per delta."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 3.6))
     for label in dict.fromkeys(r["delta_label"] for r in by_k):
         rows = [r for r in by_k if r["delta_label"] == label]
         axes[0].plot([r["k"] for r in rows], [r["rounds"] for r in rows], "o-", label=f"s = N^{label}")
@@ -303,14 +303,14 @@ def plot_hop_rounds(by_k: list[dict], grid: list[dict]):
     for ax in axes:
         ax.set_ylabel("rounds")
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
 
 def plot_cycles(rows: list[dict]):
     """Rounds and iterations of the components protocol on one cycle vs two cycles, against n."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 3.6))
     for label in dict.fromkeys(r["delta_label"] for r in rows):
         for two, style in ((False, "o-"), (True, "s--")):
             sel = sorted((r for r in rows if r["delta_label"] == label and r["two_cycles"] == two),
@@ -360,6 +360,6 @@ def plot_layer_rounds(rows: list[dict]):
     ax.set_xlabel("N (tokens)")
     ax.set_ylabel("rounds per layer")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig

@@ -293,23 +293,27 @@ def passes(n_train: int, steps: int, batch_size: int) -> float:
 def plot_depth_pair(left: list[ErrorRecord], right: list[ErrorRecord], *, titles: tuple[str, str],
                     chances: tuple[float, float]):
     """Error against k, one curve per depth: ``left`` on a linear k axis, ``right`` (the published errors,
-    k from 1 to 16) on a log axis as in the paper's Figure 2. Returns the figure."""
+    k from 1 to 16) on a log axis as in the paper's Figure 2; side by side, sized for the page. Returns the
+    figure."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     report.plot_error_vs_k(left, axes[0], chance=chances[0], title=titles[0], min_k=1)
     report.plot_error_vs_k(right, axes[1], chance=chances[1], title=titles[1], logx=True, min_k=1)
     fig.tight_layout()
     return fig
 
 
-def plot_heatmap_pair(left: list[ErrorRecord], right: list[ErrorRecord], *, titles: tuple[str, str]):
-    """Depth x k heatmaps side by side (the paper's Figure 8 on the right). Returns the figure."""
+def plot_heatmap_pair(top: list[ErrorRecord], bottom: list[ErrorRecord], *, titles: tuple[str, str]):
+    """Depth x k heatmaps, one above the other so that the written-in errors stay legible (the paper's
+    Figure 8 below). Returns the figure."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6), gridspec_kw={"width_ratios": [1, 1.9]})
-    report.plot_error_heatmap(left, axes[0], title=titles[0])
-    report.plot_error_heatmap(right, axes[1], title=titles[1])
+    rows = [len({r.depth for r in recs}) for recs in (top, bottom)]
+    fig, axes = plt.subplots(2, 1, figsize=(8, 1.2 + 0.45 * sum(rows) + 1.2),
+                             gridspec_kw={"height_ratios": [max(1, n) for n in rows]})
+    report.plot_error_heatmap(top, axes[0], title=titles[0])
+    report.plot_error_heatmap(bottom, axes[1], title=titles[1])
     fig.tight_layout()
     return fig
 
@@ -317,12 +321,12 @@ def plot_heatmap_pair(left: list[ErrorRecord], right: list[ErrorRecord], *, titl
 def plot_width_samples(ours: tuple[dict, dict], theirs: tuple[dict, dict], *, titles: list[str],
                        chances: tuple[float, float]):
     """Width (top) and training-set size (bottom): ``ours`` (the small sweep's two groupings, left) beside
-    ``theirs`` (the published ones, right, depths 2-4, log k axis). Returns the figure."""
+    ``theirs`` (the published ones, right, depths 2-4, log k axis), sized for the page. Returns the figure."""
     import matplotlib.pyplot as plt
 
     if len(titles) != 4:
         raise ValueError("titles must hold four strings: ours by width, theirs by width, ours by n, theirs by n")
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(2, 2, figsize=(9.5, 8.5))
     for row in range(2):
         report.plot_error_vs_k_groups(ours[row], axes[row, 0], chance=chances[0], title=titles[2 * row],
                                       min_k=1)

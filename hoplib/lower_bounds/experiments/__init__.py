@@ -174,16 +174,19 @@ def plot_families(records: Sequence[ErrorRecord], order: Sequence[str] = (), *, 
     shown = families(records, order)
     if not shown:
         raise ValueError("records must be a non-empty list of ErrorRecord")
-    fig, axes = plt.subplots(1, len(shown), figsize=(3.1 * len(shown), 3.0), sharey=True, squeeze=False)
-    for ax, fam in zip(axes[0], shown, strict=True):
+    cols = len(shown) if len(shown) <= 3 else 2  # at most about 9 inches wide: legible at the page's width
+    rows = -(-len(shown) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.9 * rows), sharey=True, squeeze=False)
+    for ax, fam in zip(axes.flat, shown, strict=False):
         sel = [r for r in records if r.family == fam]
         width = max((r.width for r in sel if r.width is not None), default=None)
         plot_error_vs_k([r for r in sel if r.width == width], ax, chance=chance, title=fam)
-        ax.legend(fontsize="small")
-    for ax in axes[0][1:]:
-        ax.set_ylabel("")
+    for i, ax in enumerate(axes.flat):
+        ax.set_visible(i < len(shown))
+        if i % cols:
+            ax.set_ylabel("")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 

@@ -4,13 +4,18 @@ components protocol need against the diameter, and GNNs and transformers trained
 
 from __future__ import annotations
 
+import argparse
+import functools
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from hoplib._book.device import get_device
+from hoplib._book.pool import map_points
 from hoplib._book.tables import Table
 from hoplib._book.validate import check_int
 from hoplib.lower_bounds import gnn, graphs
@@ -18,21 +23,30 @@ from hoplib.lower_bounds import gnn, graphs
 TRAIN_KEYS = ("learn_families", "gnn_ds", "gnn_width", "gnn_steps", "tf_ds", "tf_depths", "tf_d_model",
               "tf_heads", "tf_steps", "eval_size")
 STRUCTURE_KEYS = ("exact_ds", "doubling_ds", "mpc_ds", "mpc_memory")
+EDGE_KEYS = ("edge_families", "edge_ds", "edge_depths", "edge_d_model", "edge_heads", "edge_steps", "edge_lr",
+             "eval_size")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32], "doubling_ds": [2, 4, 8, 16, 32, 64, 128],
               "mpc_ds": [2, 4, 8, 16, 32], "mpc_memory": 256, "learn_families": ["path"], "gnn_ds": [2, 3],
               "gnn_width": 16, "gnn_steps": 120, "tf_ds": [2], "tf_depths": [1, 2], "tf_d_model": 32,
-              "tf_heads": 2, "tf_steps": 100, "eval_size": 256, "threshold": 0.9},
+              "tf_heads": 2, "tf_steps": 100, "eval_size": 256, "threshold": 0.9,
+              "edge_families": ["path"], "edge_ds": [2, 4], "edge_depths": [1, 2, 3], "edge_d_model": 64,
+              "edge_heads": 4, "edge_steps": 1500, "edge_lr": 1e-3},
     "cpu": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], "doubling_ds": [2, 4, 8, 16, 32, 64, 128, 256],
             "mpc_ds": [2, 4, 8, 16, 32, 64, 128], "mpc_memory": 256, "learn_families": ["path", "cycle"],
             "gnn_ds": [2, 3, 4, 6], "gnn_width": 32, "gnn_steps": 400, "tf_ds": [2, 4], "tf_depths": [1, 2, 3],
-            "tf_d_model": 32, "tf_heads": 2, "tf_steps": 500, "eval_size": 512, "threshold": 0.9},
+            "tf_d_model": 32, "tf_heads": 2, "tf_steps": 500, "eval_size": 512, "threshold": 0.9,
+            "edge_families": ["path", "cycle"], "edge_ds": [2, 4, 8, 16], "edge_depths": [1, 2, 3, 4, 5],
+            "edge_d_model": 64, "edge_heads": 4, "edge_steps": 3000, "edge_lr": 1e-3},
     "paper": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128],
               "doubling_ds": [2, 4, 8, 16, 32, 64, 128, 256, 512], "mpc_ds": [2, 4, 8, 16, 32, 64, 128, 256],
               "mpc_memory": 256, "learn_families": ["path", "cycle", "tree"], "gnn_ds": [2, 3, 4, 6, 8, 12],
               "gnn_width": 64, "gnn_steps": 3000, "tf_ds": [2, 4, 8, 12], "tf_depths": [1, 2, 3, 4, 5, 6],
-              "tf_d_model": 128, "tf_heads": 4, "tf_steps": 10000, "eval_size": 2048, "threshold": 0.9},
+              "tf_d_model": 128, "tf_heads": 4, "tf_steps": 10000, "eval_size": 2048, "threshold": 0.9,
+              "edge_families": ["path", "cycle", "tree"], "edge_ds": [2, 4, 8, 16, 32],
+              "edge_depths": [1, 2, 3, 4, 5, 6, 7], "edge_d_model": 128, "edge_heads": 4, "edge_steps": 10000,
+              "edge_lr": 1e-3},
 }
 
 
@@ -167,5 +181,161 @@ def learned_text(rows: Sequence[Mapping[str, Any]]) -> Table:
                   for (fam, d, model), acc in cells.items()])
 
 
-__all__ = ["PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter", "learned_summary", "learned_sweep",
-           "learned_text", "locality_table", "plot_structure", "same_output_when_source_moves", "structure_holds"]
+# --------------------------------------------------------------------------- the edge-set transformer
+def edge_points(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The (family, D, depth) models of the edge-set sweep, in training order (diameters below a family's
+    minimum are skipped)."""
+    _need(settings, EDGE_KEYS)
+    return [{"family": fam, "D": int(d), "depth": int(depth)} for fam in settings["edge_families"]
+            for d in settings["edge_ds"] if d >= graphs.min_diameter(fam) for depth in settings["edge_depths"]]
+
+
+def train_edge_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any], *, seed: int = 0,
+                     device: str = "cpu") -> dict[str, Any]:
+    """Train one model of :func:`edge_points` (:func:`hoplib.lower_bounds.gnn.train_edge_transformer`)."""
+    del index  # the position in the sweep; the seed is the same for every model
+    return gnn.train_edge_transformer(point["family"], point["D"], point["depth"], d_model=settings["edge_d_model"],
+                                      heads=settings["edge_heads"], steps=settings["edge_steps"],
+                                      lr=settings["edge_lr"], seed=seed, eval_size=settings["eval_size"],
+                                      device=device)
+
+
+def edge_sweep(settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu", workers: int = 1,
+               on_model: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Train every model of :func:`edge_points` (``workers`` CPU processes) and return their records in order."""
+    job = functools.partial(train_edge_point, settings=dict(settings), seed=seed, device=str(device))
+    return map_points(job, edge_points(settings), workers=workers, device=str(device), on_result=on_model)
+
+
+def edge_depths_needed(rows: Sequence[Mapping[str, Any]], threshold: float) -> dict[tuple[str, int], int | None]:
+    """``{(family, D): smallest depth whose connectivity accuracy reaches threshold}`` (None: no trained depth)."""
+    out: dict[tuple[str, int], int | None] = {}
+    for r in rows:
+        key = (r["family"], int(r["D"]))
+        ok = r["accuracy"] >= threshold
+        best = out.get(key)
+        if key not in out or (ok and (best is None or r["depth"] < best)):
+            out[key] = int(r["depth"]) if ok else best
+    return out
+
+
+def edge_summary(rows: Sequence[Mapping[str, Any]], threshold: float) -> dict[str, Any]:
+    """What the chapter asserts of the edge sweep: ``needed`` (:func:`edge_depths_needed`); ``all_solved``,
+    every (family, D) reached ``threshold`` at some trained depth; ``below_D``, the depth needed is below
+    the diameter wherever D >= 4 (a GNN read at t needs D layers); ``within_log``, it is at most
+    ``ceil(log2 D) + 2``; ``grows``, it never falls as D grows within a family; ``shallow_fails``, depth 1
+    is at chance (below 0.6) for every D >= 4."""
+    needed = edge_depths_needed(rows, threshold)
+    solved = {key: d for key, d in needed.items() if d is not None}
+    by_family: dict[str, list[int]] = {}
+    for (fam, d) in sorted(solved):
+        by_family.setdefault(fam, []).append(solved[(fam, d)])
+    return {"needed": needed, "all_solved": len(solved) == len(needed),
+            "below_D": all(dep < d for (_, d), dep in solved.items() if d >= 4),
+            "within_log": all(dep <= math.ceil(math.log2(d)) + 2 for (_, d), dep in solved.items()),
+            "grows": all(v == sorted(v) for v in by_family.values()),
+            "shallow_fails": all(r["accuracy"] < 0.6 for r in rows if r["depth"] == 1 and r["D"] >= 4)}
+
+
+def edge_text(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """Connectivity accuracy of the edge-set transformers as a :class:`Table`, one row per (family, D), one
+    column per depth (edge accuracy in brackets)."""
+    depths = sorted({int(r["depth"]) for r in rows})
+    cells: dict[tuple[str, int], dict[int, str]] = {}
+    for r in rows:
+        cells.setdefault((r["family"], int(r["D"])), {})[int(r["depth"])] = (
+            f"{r['accuracy']:.3f} ({r['edge_accuracy']:.2f})")
+    return Table(["family", "D", *(f"depth {d}" for d in depths)],
+                 [[fam, str(d), *(row.get(dp, "-") for dp in depths)] for (fam, d), row in cells.items()],
+                 caption="accuracy at t (edge accuracy)")
+
+
+def plot_edge_sweep(rows: Sequence[Mapping[str, Any]], threshold: float):
+    """Left: connectivity accuracy against depth, one colour per D, one line style per family. Right: the
+    smallest depth reaching ``threshold`` against D (log axis), with ``log2 D + 1`` and the GNN's ``L = D``."""
+    import matplotlib.pyplot as plt
+
+    from hoplib.plots import integer_ticks
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8.6, 3.8))
+    ds = sorted({int(r["D"]) for r in rows})
+    fams = list(dict.fromkeys(r["family"] for r in rows))
+    cmap, styles, marks = plt.get_cmap("viridis"), ["-", "--", ":"], ["o", "s", "^"]
+    for i, d in enumerate(ds):
+        for j, fam in enumerate(fams):
+            sel = sorted((r["depth"], r["accuracy"]) for r in rows if r["D"] == d and r["family"] == fam)
+            if sel:
+                left.plot(*zip(*sel, strict=True), ls=styles[j % 3], marker=marks[j % 3],
+                          color=cmap(0.85 * i / max(1, len(ds) - 1)), label=f"D = {d}" if j == 0 else None)
+    left.axhline(threshold, color="0.5", lw=1, ls=":")
+    left.set(xlabel="depth L", ylabel="accuracy at t", ylim=(0.4, 1.02), title="edge-set transformer")
+    left.legend(loc="lower right")
+    needed = edge_depths_needed(rows, threshold)
+    for j, fam in enumerate(fams):
+        pts = sorted((d, dep) for (f, d), dep in needed.items() if f == fam and dep is not None)
+        if pts:
+            right.plot(*zip(*pts, strict=True), marker=marks[j % 3], ls=styles[j % 3], label=fam)
+    right.plot(ds, [math.log2(d) + 1 for d in ds], color="0.4", lw=1, label="log₂ D + 1")
+    right.plot(ds, ds, color="crimson", lw=1, ls="--", label="GNN: L = D")
+    right.set_xscale("log", base=2)
+    right.set_xticks(ds, [str(d) for d in ds])
+    right.set(xlabel="diameter D", ylabel="depth needed", ylim=(0, max(ds) + 1 if max(ds) <= 8 else 10),
+              title=f"smallest depth with accuracy ≥ {threshold}")
+    right.legend(loc="upper left")
+    for ax in (left, right):
+        integer_ticks(ax, "y" if ax is right else "x")
+    fig.tight_layout()
+    return fig
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.gnn",
+                                description="Train the edge-set transformer sweep of the GNN chapter and store it.")
+    p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
+    p.add_argument("--out", required=True, help="results root; writes <out>/gnn/<profile>/edge_sweep.json")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--overwrite", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """The command line: validate everything, then run :func:`edge_sweep` and write the results atomically
+    (a ``.partial.json`` beside it holds the models finished so far, marked incomplete)."""
+    from hoplib._book.provenance import save_results
+
+    args = _parse(argv)
+    check_int("workers", args.workers, low=1)
+    check_int("seed", args.seed, low=0, high=2**32 - 1)
+    device = str(get_device(args.device))
+    if args.workers > 1 and device != "cpu":
+        raise ValueError("--workers > 1 is for CPU runs")
+    settings = {key: PROFILES[args.profile][key] for key in (*EDGE_KEYS, "threshold")}
+    path = Path(args.out) / "gnn" / args.profile / "edge_sweep.json"
+    if path.exists() and not args.overwrite:
+        raise ValueError(f"{path} exists; pass --overwrite to replace it")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ValueError(f"{path.parent} is not a folder")
+    params = {"chapter": "gnn", "part": "edge", "profile": args.profile, "device": device, "seed": args.seed,
+              **settings}
+    t0 = time.perf_counter()
+    partial = path.with_name(path.stem + ".partial.json")
+    rows = edge_sweep(settings, seed=args.seed, device=device, workers=args.workers,
+                      on_model=lambda done: save_results(partial, done, {**params, "complete": False}, device))
+    out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=args.workers)
+    partial.unlink(missing_ok=True)
+    print(f"wrote {out} ({len(rows)} models, {time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+__all__ = ["EDGE_KEYS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter", "edge_depths_needed",
+           "edge_points", "edge_summary", "edge_sweep", "edge_text", "learned_summary", "learned_sweep",
+           "learned_text", "locality_table", "plot_edge_sweep", "plot_structure", "same_output_when_source_moves",
+           "structure_holds", "train_edge_point", "main"]
+
+
+if __name__ == "__main__":
+    from hoplib._book.cli import run_cli
+
+    raise SystemExit(run_cli(main))

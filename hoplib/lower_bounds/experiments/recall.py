@@ -30,13 +30,12 @@ import argparse
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hoplib._book.pool import map_points
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int
@@ -185,34 +184,13 @@ def jobs(settings: Mapping[str, Any]) -> list[Job]:
                 s["batch_size"] * (p["seq_len"] - 1), s["steps"]) for p in grid(s)]
 
 
-def _one_thread() -> None:
-    torch.set_num_threads(1)
-
-
 def sweep(settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu", workers: int = 1,
           on_model: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
     """Train every point of :func:`grid` (``workers`` processes of one thread each on CPU) and return the
     records in grid order. ``on_model``, if given, is called with the records finished so far."""
     s = check_settings(settings)
-    workers = check_int("workers", workers, low=1)
-    points = grid(s)
-    if workers > 1 and str(device) != "cpu":
-        raise ValueError("workers > 1 is for CPU runs; on a GPU use workers=1")
-    done: dict[int, dict[str, Any]] = {}
-    if workers == 1:
-        for i, point in enumerate(points):
-            done[i] = train_point(i, point, s, seed=seed, device=device)
-            if on_model is not None:
-                on_model([done[j] for j in sorted(done)])
-    else:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_one_thread) as pool:
-            futures = {pool.submit(train_point, i, p, s, seed=seed, device=device): i
-                       for i, p in enumerate(points)}
-            for future in as_completed(futures):
-                done[futures[future]] = future.result()
-                if on_model is not None:
-                    on_model([done[j] for j in sorted(done)])
-    return [done[i] for i in range(len(points))]
+    job = functools.partial(train_point, settings=s, seed=seed, device=device)
+    return map_points(job, grid(s), workers=workers, device=device, on_result=on_model)
 
 
 def best_table(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], dict[str, Any]]:

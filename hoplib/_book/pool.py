@@ -1,0 +1,47 @@
+"""Run independent training jobs in worker processes (one thread each) on a CPU, or in turn on one device.
+
+Used by the stored sweeps of the lower-bound chapters: each job is a picklable function of ``(index, point)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from typing import Any
+
+from hoplib._book.validate import check_int
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def map_points(fn: Callable[[int, Any], dict[str, Any]], points: Sequence[Any], *, workers: int = 1,
+               device: str = "cpu", on_result: Callable[[list[dict[str, Any]]], None] | None = None
+               ) -> list[dict[str, Any]]:
+    """``[fn(i, point) for i, point in enumerate(points)]``, with ``workers`` spawned processes of one thread
+    each when ``workers > 1`` (CPU only). ``on_result``, if given, is called after every finished job with the
+    results so far, in the points' order (for partial result files)."""
+    workers = check_int("workers", workers, low=1)
+    if workers > 1 and str(device) != "cpu":
+        raise ValueError("workers > 1 is for CPU runs; on a GPU use workers=1")
+    done: dict[int, dict[str, Any]] = {}
+    if workers == 1:
+        for i, point in enumerate(points):
+            done[i] = fn(i, point)
+            if on_result is not None:
+                on_result([done[j] for j in sorted(done)])
+        return [done[i] for i in range(len(points))]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_one_thread) as pool:
+        futures = {pool.submit(fn, i, p): i for i, p in enumerate(points)}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if on_result is not None:
+                on_result([done[j] for j in sorted(done)])
+    return [done[i] for i in range(len(points))]
+
+
+__all__ = ["map_points"]
