@@ -38,7 +38,7 @@ PROFILES: dict[str, dict[str, Any]] = {
             "gnn_ds": [2, 3, 4, 6], "gnn_width": 32, "gnn_steps": 400, "tf_ds": [2, 4], "tf_depths": [1, 2, 3],
             "tf_d_model": 32, "tf_heads": 2, "tf_steps": 500, "eval_size": 512, "threshold": 0.9,
             "edge_families": ["path"], "edge_ds": [2, 4, 6, 8], "edge_depths": [1, 2, 3, 4, 5],
-            "edge_d_model": 64, "edge_heads": 4, "edge_steps": 3000, "edge_lr": 1e-3},
+            "edge_d_model": 64, "edge_heads": 4, "edge_steps": 6000, "edge_lr": 1e-3},
     "paper": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128],
               "doubling_ds": [2, 4, 8, 16, 32, 64, 128, 256, 512], "mpc_ds": [2, 4, 8, 16, 32, 64, 128, 256],
               "mpc_memory": 256, "learn_families": ["path", "cycle", "tree"], "gnn_ds": [2, 3, 4, 6, 8, 12],
