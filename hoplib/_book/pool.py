@@ -1,13 +1,16 @@
-"""Run independent training jobs in worker processes (one thread each) on a CPU, or in turn on one device.
+"""Run independent training jobs in worker processes (one thread each) on a CPU, or in turn on one device, and
+store a sweep's results without losing finished models.
 
 Used by the stored sweeps of the lower-bound chapters: each job is a picklable function of ``(index, point)``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any
 
 from hoplib._book.validate import check_int
@@ -44,4 +47,25 @@ def map_points(fn: Callable[[int, Any], dict[str, Any]], points: Sequence[Any], 
     return [done[i] for i in range(len(points))]
 
 
-__all__ = ["map_points"]
+def store_sweep(path: Path, params: dict[str, Any], sweep: Callable[..., list[dict[str, Any]]], *, device: str,
+                workers: int, overwrite: bool = False) -> Path:
+    """Check that ``path`` may be written (``overwrite`` to replace it; raises ``ValueError`` before any
+    work), run ``sweep(on_model=...)``, keeping the models finished so far in ``<stem>.partial.json`` (marked
+    ``complete: False``), then write ``path`` atomically with provenance and remove the partial file."""
+    from hoplib._book.provenance import save_results
+
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{path} exists; pass --overwrite to replace it")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ValueError(f"{path.parent} is not a folder")
+    t0 = time.perf_counter()
+    partial = path.with_name(path.stem + ".partial.json")
+    rows = sweep(on_model=lambda done: save_results(partial, done, {**params, "complete": False}, device))
+    out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
+    partial.unlink(missing_ok=True)
+    print(f"wrote {out} ({len(rows)} models, {time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+__all__ = ["map_points", "store_sweep"]

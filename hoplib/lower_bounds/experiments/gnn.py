@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import torch
 
 from hoplib._book.device import get_device
-from hoplib._book.pool import map_points
+from hoplib._book.pool import map_points, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.validate import check_int
 from hoplib.lower_bounds import gnn, graphs
@@ -303,8 +302,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> Path:
     """The command line: validate everything, then run :func:`edge_sweep` and write the results atomically
     (a ``.partial.json`` beside it holds the models finished so far, marked incomplete)."""
-    from hoplib._book.provenance import save_results
-
     args = _parse(argv)
     check_int("workers", args.workers, low=1)
     check_int("seed", args.seed, low=0, high=2**32 - 1)
@@ -313,20 +310,10 @@ def main(argv: list[str] | None = None) -> Path:
         raise ValueError("--workers > 1 is for CPU runs")
     settings = {key: PROFILES[args.profile][key] for key in (*EDGE_KEYS, "threshold")}
     path = Path(args.out) / "gnn" / args.profile / "edge_sweep.json"
-    if path.exists() and not args.overwrite:
-        raise ValueError(f"{path} exists; pass --overwrite to replace it")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ValueError(f"{path.parent} is not a folder")
     params = {"chapter": "gnn", "part": "edge", "profile": args.profile, "device": device, "seed": args.seed,
               **settings}
-    t0 = time.perf_counter()
-    partial = path.with_name(path.stem + ".partial.json")
-    rows = edge_sweep(settings, seed=args.seed, device=device, workers=args.workers,
-                      on_model=lambda done: save_results(partial, done, {**params, "complete": False}, device))
-    out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=args.workers)
-    partial.unlink(missing_ok=True)
-    print(f"wrote {out} ({len(rows)} models, {time.perf_counter() - t0:.0f} s)")
-    return out
+    run = functools.partial(edge_sweep, settings, seed=args.seed, device=device, workers=args.workers)
+    return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
 
 
 __all__ = ["EDGE_KEYS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter", "edge_depths_needed",

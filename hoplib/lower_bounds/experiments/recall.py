@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hoplib._book.pool import map_points
+from hoplib._book.pool import map_points, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int
@@ -344,8 +343,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> Path:
     """The command line: validate everything, then run the sweep and write the results file atomically."""
     from hoplib._book.device import get_device
-    from hoplib._book.provenance import save_results
-
     args = _parse(argv)
     check_int("workers", args.workers, low=1)
     check_int("seed", args.seed, low=0, high=2**32 - 1)
@@ -358,20 +355,10 @@ def main(argv: list[str] | None = None) -> Path:
         settings["alphabets"] = sorted(set(args.alphabets))
     name = "alphabet.json" if args.seed == 0 else f"alphabet_seed{args.seed}.json"
     path = Path(args.out) / args.chapter / args.profile / name
-    if path.exists() and not args.overwrite:
-        raise ValueError(f"{path} exists; pass --overwrite to replace it")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ValueError(f"{path.parent} is not a folder")
     params = {"chapter": args.chapter, "part": "alphabet", "profile": args.profile, "device": device,
               "seed": args.seed, **settings}
-    t0 = time.perf_counter()
-    partial = path.with_name(path.stem + ".partial.json")
-    records = sweep(settings, seed=args.seed, device=device, workers=args.workers,
-                    on_model=lambda recs: save_results(partial, recs, {**params, "complete": False}, device))
-    out = save_results(path, records, params, device, time.perf_counter() - t0, workers=args.workers)
-    partial.unlink(missing_ok=True)
-    print(f"wrote {out} ({len(records)} models, {time.perf_counter() - t0:.0f} s)")
-    return out
+    run = functools.partial(sweep, settings, seed=args.seed, device=device, workers=args.workers)
+    return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
 
 
 if __name__ == "__main__":
