@@ -273,10 +273,12 @@ def _edge_rows(acc: dict[tuple[str, int], list[float]]) -> list[dict]:
 
 
 def test_edge_summary_reads_the_smallest_solving_depth_and_its_growth():
-    rows = _edge_rows({("path", 2): [1.0, 1.0, 1.0], ("path", 4): [0.5, 0.7, 1.0], ("path", 8): [0.5, 0.5, 0.95]})
+    rows = _edge_rows({("path", 2): [1.0, 1.0, 1.0], ("path", 4): [0.5, 0.95, 1.0], ("path", 8): [0.5, 0.5, 0.95]})
     s = gnn_ex.edge_summary(rows, 0.9)
-    assert s["needed"] == {("path", 2): 1, ("path", 4): 3, ("path", 8): 3}
+    assert s["needed"] == {("path", 2): 1, ("path", 4): 2, ("path", 8): 3}
     assert s["all_solved"] and s["below_D"] and s["within_log"] and s["grows"] and s["shallow_fails"]
+    one_hop = _edge_rows({("path", 4): [0.5, 0.7, 1.0]})  # depth D - 1: passing the mark one edge a layer
+    assert not gnn_ex.edge_summary(one_hop, 0.9)["within_log"]
     worse = _edge_rows({("path", 2): [0.5, 1.0, 1.0], ("path", 4): [0.9, 1.0, 1.0], ("path", 8): [0.5] * 3})
     w = gnn_ex.edge_summary(worse, 0.9)
     assert w["needed"][("path", 8)] is None and not w["all_solved"]
@@ -317,7 +319,8 @@ def test_closing_table_has_one_row_per_architecture_from_the_stored_runs(monkeyp
     rows, sources = closing.stored_closing_rows()
     assert [r["architecture"] for r in rows] == [t[0] for t in closing.THEORY.values()]
     assert all(set(r) == set(closing.COLUMNS) and r[closing.COLUMNS[-1]] for r in rows)
-    assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 5
+    assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 6
+    assert "path D=4: L=2" in rows[-1][closing.COLUMNS[-1]]  # the edge-set transformer's stored run
     assert "GRU" in rows[3][closing.COLUMNS[-1]]
     html = closing.to_html([dict(rows[0], architecture="a<b")])
     assert html.startswith("<table") and "a&lt;b" in html
@@ -331,11 +334,13 @@ def test_closing_rows_report_an_attention_type_that_solves_nothing():
     structure = {"exact": [{"D": 2}], "doubling": [{"D": 4}], "mpc": [{"D": 4, "iterations": 3}]}
     learned = [{"family": "path", "D": 2, "model": m, "depth": 2, "accuracy": a}
                for m, a in (("gnn", 1.0), ("transformer", 0.5))]
+    edges = [{"family": "path", "D": 4, "model": "edge-transformer", "depth": 2, "accuracy": 0.95}]
     rows = closing.closing_rows(eff_records=recs, eff_settings=settings, rnn_records=rnn_recs, cot_rows=cot_rows,
-                                structure=structure, learned=learned)
+                                structure=structure, learned=learned, edges=edges)
     measured = [r[closing.COLUMNS[-1]] for r in rows]
     assert measured[0].startswith("error > 0.1 already at k=1") and "up to k=1" in measured[1]
     assert "k=2: >1" in measured[3] and "path D=2: L=2" in measured[5] and "path D=2: none" in measured[6]
+    assert measured[7] == "trained, smallest depth with accuracy ≥ 0.9: path D=4: L=2"
 
 
 def test_closing_table_needs_rows():

@@ -34,6 +34,8 @@ THEORY = {
     "edge-list": ("transformer on the serialised edge list", "O(|E|² m)",
                   "connectivity: O(log D) layers at m = O(N^ε) (Cor 3.3, from an O(log D)-round MPC algorithm); "
                   "Ω(log D) if Conjecture 2.4 holds and mH = O(D^{1−ε}) (Cor 3.5)"),
+    "edge-set": ("transformer on the edge set (one unmasked token per edge, trained to label components)",
+                 "O(|E|² m)", "as the edge list: O(log D) layers (Cor 3.3); Ω(log D) under Conjecture 2.4 (Cor 3.5)"),
 }
 
 
@@ -65,15 +67,19 @@ def _cot_measured(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"full chain: error ≤ {max(full):.3f} up to k={kmax}; no chain: error ≥ {min(none):.3f}"
 
 
-def _gnn_measured(structure: Mapping[str, Any], learned: Sequence[Mapping[str, Any]], threshold: float,
-                  model: str) -> str:
+def _trained(learned: Sequence[Mapping[str, Any]], threshold: float, model: str) -> str:
     parts = []
     for fam in dict.fromkeys(r["family"] for r in learned):
         for d in sorted({r["D"] for r in learned if r["family"] == fam and r["model"] == model}):
             ok = [r["depth"] for r in learned if (r["family"], r["D"], r["model"]) == (fam, d, model)
                   and r["accuracy"] >= threshold]
             parts.append(f"{fam} D={d}: {f'L={min(ok)}' if ok else 'none'}")
-    trained = f"trained, smallest depth with accuracy ≥ {threshold}: " + "; ".join(parts)
+    return f"trained, smallest depth with accuracy ≥ {threshold}: " + "; ".join(parts)
+
+
+def _gnn_measured(structure: Mapping[str, Any], learned: Sequence[Mapping[str, Any]], threshold: float,
+                  model: str) -> str:
+    trained = _trained(learned, threshold, model)
     if model == "gnn":
         return f"exact GNN: smallest depth = D for D ≤ {max(r['D'] for r in structure['exact'])}; {trained}"
     dmax = max(r["D"] for r in structure["doubling"])
@@ -84,14 +90,17 @@ def _gnn_measured(structure: Mapping[str, Any], learned: Sequence[Mapping[str, A
 
 def closing_rows(*, eff_records: Sequence[ErrorRecord], eff_settings: Mapping[str, Any],
                  rnn_records: Sequence[ErrorRecord], cot_rows: Sequence[Mapping[str, Any]],
-                 structure: Mapping[str, Any], learned: Sequence[Mapping[str, Any]], threshold: float = 0.1,
+                 structure: Mapping[str, Any], learned: Sequence[Mapping[str, Any]],
+                 edges: Sequence[Mapping[str, Any]], threshold: float = 0.1,
                  gnn_threshold: float = 0.9) -> list[dict[str, str]]:
-    """The rows of the closing table, one per architecture (keys :data:`COLUMNS`)."""
+    """The rows of the closing table, one per architecture (keys :data:`COLUMNS`); ``edges`` are the edge-set
+    transformer's records (:func:`hoplib.lower_bounds.experiments.gnn.edge_sweep`)."""
     measured = {kind: _attention_measured(eff_records, eff_settings, kind, threshold) for kind in eff_ex.KINDS}
     measured["rnn"] = _rnn_measured(rnn_records, threshold)
     measured["cot"] = _cot_measured(cot_rows)
     measured["gnn"] = _gnn_measured(structure, learned, gnn_threshold, "gnn")
     measured["edge-list"] = _gnn_measured(structure, learned, gnn_threshold, "transformer")
+    measured["edge-set"] = _trained(edges, gnn_threshold, "edge-transformer")
     return [dict(zip(COLUMNS, (*THEORY[key], measured[key]), strict=True)) for key in THEORY]
 
 
@@ -99,13 +108,13 @@ def stored_closing_rows() -> tuple[list[dict[str, str]], list[Stored]]:
     """:func:`closing_rows` from the stored ``cpu`` runs of the four chapters; also returns those runs."""
     files = {"eff": "efficient_attention/cpu/training.json", "rnn": "rnn/cpu/training.json",
              "cot": "chain_of_thought/cpu/errors.json", "structure": "gnn/cpu/depth_vs_diameter.json",
-             "learned": "gnn/cpu/learned.json"}
+             "learned": "gnn/cpu/learned.json", "edges": "gnn/cpu/edge_sweep.json"}
     stored = {key: load_stored(name) for key, name in files.items()}
     rows = closing_rows(eff_records=error_records(stored["eff"].data),
                         eff_settings=part_settings(stored["eff"].record["parameters"], "eff"),
                         rnn_records=error_records(stored["rnn"].data), cot_rows=stored["cot"].data["rows"],
                         structure=stored["structure"].data, learned=stored["learned"].data,
-                        gnn_threshold=gnn_ex.PROFILES["cpu"]["threshold"])
+                        edges=stored["edges"].data, gnn_threshold=gnn_ex.PROFILES["cpu"]["threshold"])
     return rows, list(stored.values())
 
 
