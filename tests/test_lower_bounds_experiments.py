@@ -309,6 +309,8 @@ def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
     (tmp_path / "gnn" / "quick" / "edge_sweep.json").write_text("{}")
     assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick"]) == 2
     assert "exists" in capsys.readouterr().err
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--diameters", "3"]) == 2
+    assert "not in the profile" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the closing table

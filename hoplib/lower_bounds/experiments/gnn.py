@@ -299,7 +299,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
     p.add_argument("--out", required=True, help="results root; writes <out>/gnn/<profile>/edge_sweep.json")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write edge_sweep_seed<seed>.json")
+    p.add_argument("--diameters", type=int, nargs="+", help="only these of the profile's diameters")
     p.add_argument("--device", default="cpu")
     p.add_argument("--overwrite", action="store_true")
     return p.parse_args(argv)
@@ -315,7 +316,13 @@ def main(argv: list[str] | None = None) -> Path:
     if args.workers > 1 and device != "cpu":
         raise ValueError("--workers > 1 is for CPU runs")
     settings = {key: PROFILES[args.profile][key] for key in (*EDGE_KEYS, "threshold")}
-    path = Path(args.out) / "gnn" / args.profile / "edge_sweep.json"
+    if args.diameters:
+        unknown = sorted(set(args.diameters) - set(settings["edge_ds"]))
+        if unknown:
+            raise ValueError(f"--diameters {unknown} are not in the profile's diameters {settings['edge_ds']}")
+        settings["edge_ds"] = sorted(set(args.diameters))
+    name = "edge_sweep.json" if args.seed == 0 else f"edge_sweep_seed{args.seed}.json"
+    path = Path(args.out) / "gnn" / args.profile / name
     params = {"chapter": "gnn", "part": "edge", "profile": args.profile, "device": device, "seed": args.seed,
               **settings}
     run = functools.partial(edge_sweep, settings, seed=args.seed, device=device, workers=args.workers)
