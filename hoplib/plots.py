@@ -161,6 +161,7 @@ def plot_hop_statistics(records: list[dict[str, float]], axes: tuple[Axes, Axes]
     axes[1].legend()
     for a in axes:
         a.grid(alpha=0.3)
+        integer_ticks(a)  # k is an integer
     return axes
 
 

@@ -67,3 +67,15 @@ def test_check_legible_names_small_texts_and_ignores_hidden_ones():
     with pytest.raises(TypeError):
         plots.text_sizes_px("not a figure")
     plt.close("all")
+
+
+def test_hop_statistics_figure_has_integer_k_ticks():
+    from hoplib.tasks import HopTask, hop_statistics
+
+    records = hop_statistics(HopTask(seq_len=24, max_hops=16), range(17), n_samples=16)
+    axes = plots.plot_hop_statistics(records)
+    axes[0].figure.canvas.draw()
+    for ax in axes:
+        assert all(float(t).is_integer() for t in ax.get_xticks())
+    plots.check_legible(axes[0].figure)
+    plt.close("all")

@@ -524,7 +524,7 @@ def plot_depth_vs_diameter(exact_rows: list[dict], doubling_rows: list[dict], mp
     """Left: depth needed against D: exact GNN (measured smallest depth), pointer doubling (squarings + 1),
     log2 D, and Theorem 5.1's scale N^{1/4}/sqrt(m). Right: the MPC protocol's iterations and Theorem 3.1's
     layers (rounds + 1)."""
-    fig, axes = plt.subplots(1, 2, figsize=(8.6, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 6.2))
     ax = axes[0]
     for fam in dict.fromkeys(r["family"] for r in exact_rows):
         sel = [r for r in exact_rows if r["family"] == fam]
@@ -540,7 +540,7 @@ def plot_depth_vs_diameter(exact_rows: list[dict], doubling_rows: list[dict], mp
     ax.set_yscale("log", base=2)
     ax.set_xlabel("diameter D")
     ax.set_ylabel("layers")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)  # below the data
     ax = axes[1]
     for fam in dict.fromkeys(r["family"] for r in mpc_rows):
         sel = [r for r in mpc_rows if r["family"] == fam]
@@ -557,7 +557,7 @@ def plot_depth_vs_diameter(exact_rows: list[dict], doubling_rows: list[dict], mp
         ax2.plot([r["D"] for r in sel], [r["layers"] for r in sel], "x:", color="grey")
     ax2.set_ylabel("Theorem 3.1 layers = rounds + 1 (grey)")
     ax2.set_ylim(bottom=0)
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     fig.tight_layout()
     return fig
 
