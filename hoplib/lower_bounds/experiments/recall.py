@@ -343,6 +343,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> Path:
     """The command line: validate everything, then run the sweep and write the results file atomically."""
     from hoplib._book.device import get_device
+
     args = _parse(argv)
     check_int("workers", args.workers, low=1)
     check_int("seed", args.seed, low=0, high=2**32 - 1)
