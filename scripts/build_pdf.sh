@@ -11,8 +11,11 @@ for tool in xelatex latexmk; do
 done
 export HOPLIB_FIGURE_FORMAT=png
 python scripts/notebooks.py sync
-jupyter-book build . --builder pdflatex "$@"
+# --all: re-read every page, so the chapters run again with PNG figures; otherwise Sphinx reuses the doctrees
+# of an earlier HTML build, whose figures are SVG, and LaTeX falls back to "<Figure size ...>" text.
+jupyter-book build . --builder pdflatex --all "$@"
 pdf=_build/latex/book.pdf
 [ -f "$pdf" ] || { echo "error: no $pdf was written" >&2; exit 1; }
-pages=$(grep -ao 'Output written on book.xdv ([0-9]* pages' _build/latex/book.log | grep -o '[0-9]* pages')
+# the page count, by pdfinfo (poppler-utils) when present; a missing count must not fail a finished build
+pages=$({ pdfinfo "$pdf" 2>/dev/null || true; } | awk '/^Pages:/ {print $2 " pages"}')
 echo "wrote $pdf (${pages:-? pages})"

@@ -63,6 +63,10 @@ def test_tables_print_as_text_and_render_as_html_with_their_caption():
     table = Table(["a", "b<"], [["1", "22"]], caption="Sizes")
     assert str(table).splitlines() == ["Sizes", "a  b<", "1  22"]
     assert "<caption>Sizes</caption>" in table._repr_html_() and "b&lt;" in table._repr_html_()
+    assert repr(table) == str(table)  # a notebook's text/plain (the PDF) shows the table, not a quoted string
+    from IPython.lib.pretty import pretty
+
+    assert pretty(table) == str(table)
 
 
 def test_a_chapter_start_shows_the_time_table_only_when_something_is_known(capsys, tmp_path, monkeypatch):

@@ -26,6 +26,14 @@ class Table(str):
     def _repr_html_(self) -> str:
         return html_table(self.header, self.body, self.caption)
 
+    def __repr__(self) -> str:
+        """The fixed-width text itself (the ``text/plain`` of a notebook output, e.g. in the PDF), not a quoted
+        string with ``\\n`` escapes."""
+        return str.__str__(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text/plain goes through here
+        printer.text(str.__str__(self))
+
 
 def html_table(header: Sequence[str], body: Sequence[Sequence[Any]], caption: str = "") -> str:
     """An escaped HTML table, with an optional caption."""
