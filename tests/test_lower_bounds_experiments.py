@@ -268,7 +268,7 @@ def test_learned_summary_applies_the_locality_bound_with_sampling_noise():
 
 
 def _edge_rows(acc: dict[tuple[str, int], list[float]]) -> list[dict]:
-    return [{"family": fam, "D": d, "depth": i + 1, "accuracy": a, "edge_accuracy": a}
+    return [{"model": "edge-transformer", "family": fam, "D": d, "depth": i + 1, "accuracy": a, "edge_accuracy": a}
             for (fam, d), accs in acc.items() for i, a in enumerate(accs)]
 
 

@@ -207,15 +207,10 @@ def edge_sweep(settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu
 
 
 def edge_depths_needed(rows: Sequence[Mapping[str, Any]], threshold: float) -> dict[tuple[str, int], int | None]:
-    """``{(family, D): smallest depth whose connectivity accuracy reaches threshold}`` (None: no trained depth)."""
-    out: dict[tuple[str, int], int | None] = {}
-    for r in rows:
-        key = (r["family"], int(r["D"]))
-        ok = r["accuracy"] >= threshold
-        best = out.get(key)
-        if key not in out or (ok and (best is None or r["depth"] < best)):
-            out[key] = int(r["depth"]) if ok else best
-    return out
+    """``{(family, D): smallest depth whose connectivity accuracy reaches threshold}`` (None: no trained depth),
+    by :func:`hoplib.lower_bounds.gnn.smallest_depth`."""
+    keys = dict.fromkeys((r["family"], int(r["D"])) for r in rows)
+    return {(fam, d): gnn.smallest_depth(list(rows), "edge-transformer", d, threshold, fam) for fam, d in keys}
 
 
 def edge_summary(rows: Sequence[Mapping[str, Any]], threshold: float) -> dict[str, Any]:
@@ -287,8 +282,8 @@ def plot_edge_sweep(rows: Sequence[Mapping[str, Any]], threshold: float):
     right.set(xlabel="diameter D", ylabel="depth needed", ylim=(0, max(ds) + 1 if max(ds) <= 8 else 10),
               title=f"smallest depth with accuracy ≥ {threshold}")
     right.legend(loc="upper left")
-    for ax in (left, right):
-        integer_ticks(ax, "y" if ax is right else "x")
+    integer_ticks(left, "x")
+    integer_ticks(right, "y")
     fig.tight_layout()
     return fig
 
