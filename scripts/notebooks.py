@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 import jupytext
@@ -146,17 +147,19 @@ def _code_twin(old: nbformat.NotebookNode, new: nbformat.NotebookNode, i: int) -
     return _chapter_code(old)[position]
 
 
-def _fill_checked_outputs(nb: nbformat.NotebookNode, md: Path, old: nbformat.NotebookNode | None) -> None:
+def _fill_checked_outputs(nb: nbformat.NotebookNode, md: Path, old: nbformat.NotebookNode | None,
+                          refresh: bool = False) -> None:
     """Give cells tagged ``nbval-check-output`` their reference outputs, which nbval then compares.
 
     They are kept from the existing notebook when its chapter code cells are unchanged (edits to the Markdown
-    or to the install cell do not matter); otherwise the chapter is executed once, in its default (quick, CPU)
-    parameters, and only those cells' outputs are stored.
+    or to the install cell do not matter) and ``refresh`` is false; otherwise the chapter is executed once, in
+    its default (quick, CPU) parameters, and only those cells' outputs are stored. Use ``refresh`` after a
+    change to hoplib that alters what a checked cell prints (a ``repr``, a table's layout).
     """
     idx = _checked(nb)
     if not idx:
         return
-    if old is not None and _same_code(old, nb) and all(_code_twin(old, nb, i).outputs for i in idx):
+    if not refresh and old is not None and _same_code(old, nb) and all(_code_twin(old, nb, i).outputs for i in idx):
         outputs = [_code_twin(old, nb, i).outputs for i in idx]
     else:
         from nbclient import NotebookClient
@@ -173,13 +176,15 @@ def _fill_checked_outputs(nb: nbformat.NotebookNode, md: Path, old: nbformat.Not
         nb.cells[i].execution_count = i  # nbval only compares cells that record an execution
 
 
-def sync() -> list[Path]:
+def sync(refresh: bool = False, only: Sequence[str] = ()) -> list[Path]:
+    """Write ``chapters/*.ipynb``; ``refresh`` re-executes the checked cells of the chapters named in ``only``
+    (all chapters when empty)."""
     written = []
     for md in chapter_sources():
         target = md.with_suffix(".ipynb")
         nb = to_notebook(md)
         old = nbformat.read(target, as_version=4) if target.exists() else None
-        _fill_checked_outputs(nb, md, old)
+        _fill_checked_outputs(nb, md, old, refresh and (not only or md.stem in only))
         text = render(nb)
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
@@ -413,7 +418,10 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("sync", help="write chapters/*.ipynb from chapters/*.md")
+    p_sync = sub.add_parser("sync", help="write chapters/*.ipynb from chapters/*.md")
+    p_sync.add_argument("--refresh", nargs="*", metavar="CHAPTER",
+                        help="re-execute the checked cells (of these chapters; all when none are named) even "
+                             "when their code is unchanged, e.g. after a change to a repr in hoplib")
     sub.add_parser("check", help="fail if the notebooks are out of date")
     p_run = sub.add_parser("run", help="run one chapter through papermill")
     p_run.add_argument("chapter", help="chapter name, e.g. hop_task")
@@ -424,7 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--chapters", type=Path, default=CHAPTERS, help="folder of the chapter sources")
     args = parser.parse_args(argv)
     if args.command == "sync":
-        for path in sync():
+        refresh = args.refresh is not None
+        unknown = sorted(set(args.refresh or ()) - {md.stem for md in chapter_sources()})
+        if unknown:
+            print(f"sync: no chapter named {', '.join(unknown)} (chapters/<name>.md)", file=sys.stderr)
+            return 2
+        for path in sync(refresh, args.refresh or ()):
             print(f"wrote {path.relative_to(ROOT)}")
         return 0
     if args.command == "check":

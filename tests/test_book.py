@@ -114,6 +114,42 @@ def test_drift_is_detected(tmp_path, monkeypatch):
     assert notebooks.check() == ["chapters/orphan.ipynb has no .md source"]
 
 
+def test_sync_refresh_re_executes_checked_cells_whose_code_is_unchanged(tmp_path, monkeypatch):
+    """A change in hoplib (here: a file the cell reads) alters a checked output without changing the cell's code:
+    plain ``sync`` keeps the stored output, ``sync --refresh`` stores the new one."""
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    (chapters / "value.txt").write_text("old")
+    md = chapters / "demo.md"
+    md.write_text(textwrap.dedent(f"""\
+        ---
+        jupytext:
+          text_representation: {{extension: .md, format_name: myst, format_version: 0.13}}
+        kernelspec: {{display_name: Python 3, language: python, name: python3}}
+        ---
+        # Demo
+
+        ```{{code-cell}} ipython3
+        :tags: [{notebooks.CHECK_TAG}]
+        print(open("value.txt").read())
+        ```
+        """))
+    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
+    monkeypatch.setattr(notebooks, "CHAPTERS", chapters)
+
+    def stored() -> str:
+        nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+        return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+    notebooks.sync()
+    assert stored().strip() == "old"
+    (chapters / "value.txt").write_text("new")
+    assert notebooks.sync() == [] and stored().strip() == "old"
+    assert notebooks.main(["sync", "--refresh", "nope"]) == 2 and stored().strip() == "old"
+    assert notebooks.main(["sync", "--refresh", "demo"]) == 0 and stored().strip() == "new"
+
+
 def _main_site_packages() -> str:
     return next(p for p in site.getsitepackages() if p.endswith("site-packages"))
 
