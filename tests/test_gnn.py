@@ -364,13 +364,36 @@ def test_unmasked_attention_lets_the_first_token_see_the_last():
     assert not torch.allclose(model(g.edges, g.s)[:, 0], model(changed, g.s)[:, 0])
 
 
-def test_train_edge_transformer_learns_diameter_two_paths_at_depth_one():
+@pytest.mark.parametrize("pairs", [False, True])
+def test_train_edge_transformer_learns_diameter_two_paths_at_depth_one(pairs):
     from hoplib.lower_bounds.gnn import train_edge_transformer
 
-    r = train_edge_transformer("path", 2, 1, steps=400, d_model=32, heads=2, lr=3e-3, eval_size=256)
+    r = train_edge_transformer("path", 2, 1, steps=400, d_model=32, heads=2, lr=3e-3, eval_size=256, pairs=pairs)
     assert r["model"] == "edge-transformer" and r["accuracy"] >= 0.9 and r["edge_accuracy"] >= 0.9
+    assert r["target"] == ("edges+pairs" if pairs else "edges")
     with pytest.raises(ValueError, match="depth"):
         train_edge_transformer("path", 2, -1, steps=1)
+
+
+def test_same_component_is_the_equivalence_relation_of_the_two_components():
+    from hoplib.lower_bounds.gnn import EdgeSetTransformer, edge_labels, same_component
+
+    g = sample_graphs("tree", 3, 4, seed=2)
+    same, lab = same_component(g), edge_labels(g)
+    assert same.shape == (4, g.num_edges, g.num_edges) and torch.equal(same, same.transpose(1, 2))
+    assert bool((same.diagonal(dim1=1, dim2=2) == 1).all())
+    assert int(same.sum()) == 4 * 2 * (g.num_edges // 2) ** 2  # two components of equal size
+    i, j = int(lab[0].argmax()), int(lab[0].argmin())  # an edge in s's component, one outside it
+    assert same[0, i, j] == 0
+    torch.manual_seed(0)
+    model = EdgeSetTransformer(g.num_nodes, 1, d_model=16, heads=2, pairs=True).eval()
+    h = model.hidden(g.edges, g.s)
+    assert model.same_component_logits(h).shape == same.shape
+    assert torch.allclose(model.gpt.unembed(h), model(g.edges, g.s))
+    with pytest.raises(ValueError, match="pair read-out"):
+        EdgeSetTransformer(g.num_nodes, 1, d_model=16, heads=2).same_component_logits(h)
+    with pytest.raises(TypeError, match="pairs"):
+        EdgeSetTransformer(g.num_nodes, 1, d_model=16, heads=2, pairs=1)
 
 
 def test_exercise_checkers_accept_right_and_reject_wrong_answers():

@@ -300,6 +300,22 @@ def test_edge_points_cover_the_profile_grid_and_skip_small_diameters():
         gnn_ex.edge_points({"edge_ds": [2]})
 
 
+def test_pair_part_reads_the_pair_settings_under_edge_names():
+    quick = gnn_ex.PROFILES["quick"]
+    s = gnn_ex.part_settings(quick, "pair")
+    assert s["pairs"] and s["edge_ds"] == quick["pair_ds"] and s["edge_steps"] == quick["pair_steps"]
+    assert not gnn_ex.part_settings(quick, "edge")["pairs"]
+    assert gnn_ex.edge_points(quick, "pair") == [{"family": "path", "D": d, "depth": L}
+                                                 for d in quick["pair_ds"] for L in quick["pair_depths"]]
+    with pytest.raises(ValueError, match="part"):
+        gnn_ex.part_settings(quick, "pairs")
+    for profile in gnn_ex.PROFILES.values():  # every profile defines both sweeps
+        assert set(gnn_ex.PAIR_KEYS) <= set(profile) and set(gnn_ex.EDGE_KEYS) <= set(profile)
+    row = gnn_ex.train_edge_point(0, {"family": "path", "D": 2, "depth": 1},
+                                  dict(quick, pair_steps=5, eval_size=8), part="pair")
+    assert row["target"] == "edges+pairs" and row["steps"] == 5
+
+
 def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
     from hoplib._book.cli import run_cli
 
@@ -311,6 +327,12 @@ def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
     assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--diameters", "3"]) == 2
     assert "not in the profile" in capsys.readouterr().err
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--part", "pair",
+                                 "--diameters", "8"]) == 2
+    assert "not in the profile" in capsys.readouterr().err
+    (tmp_path / "gnn" / "quick" / "pair_sweep.json").write_text("{}")
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--part", "pair"]) == 2
+    assert "exists" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the closing table

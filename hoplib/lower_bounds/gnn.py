@@ -38,6 +38,8 @@ Corollary 3.3 as the paper writes it, one token per edge, ``E[u] + E[v]`` (plus 
 no positions and unmasked (:class:`BidirectionalAttention`) attention, the book's GPT blocks. It labels every
 edge by whether it lies in ``s``'s component (dense targets: the component labelling of Corollary 3.3), and the
 connectivity answer is its label at ``t``'s edge. Unlike the causal model on the token list above, it learns.
+With ``pairs=True`` it also labels every pair of edges, same component or not (:func:`same_component`, a
+bilinear read-out): the whole component relation, which is what lets it learn longer paths.
 """
 
 from __future__ import annotations
@@ -422,16 +424,22 @@ class EdgeSetTransformer(nn.Module):
     ``E[u_i] + E[v_i] + E[mark_i]`` (``mark_i``: the edge touches ``s``), with no positions, followed by the
     book's GPT blocks with :class:`BidirectionalAttention`, a final LayerNorm and 2 logits per edge.
 
-    ``forward(edges (B, E, 2), s (B,))`` returns logits (B, E, 2): is edge i in ``s``'s component?"""
+    ``forward(edges (B, E, 2), s (B,))`` returns logits (B, E, 2): is edge i in ``s``'s component? With
+    ``pairs=True`` the model also has a bilinear read-out of the final residual stream,
+    :meth:`same_component_logits` (B, E, E): are edges i and j in the same component?"""
 
-    def __init__(self, n_ids: int, depth: int, *, d_model: int = 64, heads: int = 4):
+    def __init__(self, n_ids: int, depth: int, *, d_model: int = 64, heads: int = 4, pairs: bool = False):
         super().__init__()
         self.n_ids = check_int("n_ids", n_ids, low=2)
         cfg = GPTConfig(vocab_size=self.n_ids + 2, n_positions=1, depth=depth, d_model=d_model, heads=heads,
                         n_classes=2, attention=BidirectionalAttention())
         self.gpt = GPT(cfg)  # its token embedding, blocks, final LayerNorm and unembedding (wpe is unused)
+        if not isinstance(pairs, bool):
+            raise TypeError(f"pairs must be a bool, got {pairs!r}")
+        self.pair = nn.Linear(d_model, d_model, bias=False) if pairs else None
 
-    def forward(self, edges: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    def hidden(self, edges: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """(B, E, d_model): the final LayerNorm's output at every edge token."""
         if edges.dim() != 3 or edges.shape[2] != 2 or s.shape != edges.shape[:1]:
             raise ValueError(f"edges must be (B, E, 2) and s (B,), got {tuple(edges.shape)}, {tuple(s.shape)}")
         if int(edges.min()) < 0 or int(edges.max()) >= self.n_ids:
@@ -440,7 +448,16 @@ class EdgeSetTransformer(nn.Module):
         x = self.gpt.wte(edges).sum(2) + self.gpt.wte(mark)
         for block in self.gpt.blocks:
             x, _ = block(x)
-        return self.gpt.unembed(self.gpt.ln_f(x))
+        return self.gpt.ln_f(x)
+
+    def forward(self, edges: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return self.gpt.unembed(self.hidden(edges, s))
+
+    def same_component_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, E, E) logits ``h_i^T W h_j / sqrt(d)`` from :meth:`hidden`'s output ``h`` (needs ``pairs=True``)."""
+        if self.pair is None:
+            raise ValueError("this model was built without the pair read-out (pairs=False)")
+        return self.pair(h) @ h.transpose(1, 2) / math.sqrt(h.shape[-1])
 
 
 def edge_labels(batch: GraphBatch) -> torch.Tensor:
@@ -449,33 +466,47 @@ def edge_labels(batch: GraphBatch) -> torch.Tensor:
     return reach.gather(1, batch.edges[:, :, 0]).long()
 
 
+def same_component(batch: GraphBatch) -> torch.Tensor:
+    """(B, E, E) float: 1 where edges i and j lie in the same component (the instances have two components)."""
+    lab = edge_labels(batch)
+    return (lab[:, :, None] == lab[:, None, :]).float()
+
+
 def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: int = 64, heads: int = 4,
                            steps: int = 2000, batch_size: int = 64, lr: float = 1e-3, seed: int = 0,
-                           eval_size: int = 512, device: str | torch.device = "cpu") -> dict:
+                           pairs: bool = False, eval_size: int = 512, device: str | torch.device = "cpu") -> dict:
     """Train an :class:`EdgeSetTransformer` of depth ``depth`` to label every edge of fresh instances by
-    :func:`edge_labels` (cross-entropy averaged over the edges); return the connectivity accuracy (the label
-    of ``t``'s edge against ``y``) and the edge accuracy on ``eval_size`` held-out instances."""
+    :func:`edge_labels` (cross-entropy averaged over the edges) and, with ``pairs``, also every pair of edges by
+    :func:`same_component` (binary cross-entropy of :meth:`EdgeSetTransformer.same_component_logits`: the
+    whole component labelling of Corollary 3.3). Returns the connectivity accuracy (the label of ``t``'s edge
+    against ``y``) and the edge accuracy on ``eval_size`` held-out instances."""
     _check_train(family, diameter, depth, eval_size)
     config = _config(steps, batch_size, lr, seed, weight_decay=0.01)
     dev = get_device(device)
     torch.manual_seed(seed)
     model = EdgeSetTransformer(sample_graphs(family, diameter, 1).num_nodes, depth, d_model=d_model,
-                               heads=heads).to(dev)
+                               heads=heads, pairs=pairs).to(dev)
     edge_acc: list[float] = []  # filled by the evaluation call only (no device sync per training step)
 
     def loss_and_acc(data_seed: int, size: int = batch_size):
         g = sample_graphs(family, diameter, size, seed=data_seed, device=dev)
-        logits, target = model(g.edges, g.s).float(), edge_labels(g)
+        h = model.hidden(g.edges, g.s)
+        logits, target = model.gpt.unembed(h).float(), edge_labels(g)
+        loss = F.cross_entropy(logits.reshape(-1, 2), target.reshape(-1))
+        if pairs:
+            loss = loss + F.binary_cross_entropy_with_logits(model.same_component_logits(h).float(),
+                                                             same_component(g))
         pred = logits.argmax(-1)
         at_t = (g.edges == g.t[:, None, None]).any(2).float().argmax(1)  # an edge at t
         if not model.training:
             edge_acc.append(float((pred == target).float().mean()))
         answer = pred.gather(1, at_t[:, None]).squeeze(1)
-        return F.cross_entropy(logits.reshape(-1, 2), target.reshape(-1)), (answer == g.y).float().mean()
+        return loss, (answer == g.y).float().mean()
 
     scored = _fit_and_score(model, loss_and_acc, config, dev, eval_size)
     return {"model": "edge-transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
-            "heads": heads, "steps": steps, "edge_accuracy": edge_acc[-1], **scored}
+            "heads": heads, "steps": steps, "target": "edges+pairs" if pairs else "edges",
+            "edge_accuracy": edge_acc[-1], **scored}
 
 
 def depth_sweep(family: str, diameters: list[int], gnn_depths: list[int] | str, tf_depths: list[int], *,
@@ -610,4 +641,4 @@ __all__ = ["AGGREGATIONS", "GNNLayer", "MessagePassingGNN", "aggregate", "ball",
            "exact_reachability_gnn", "gnn_accuracy_bound", "loukas_depth_scale", "move_source_to_other_component",
            "mpc_connectivity_rounds", "perturb_outside_ball", "plot_depth_vs_diameter", "plot_learned",
            "smallest_depth", "train_gnn", "train_transformer", "BidirectionalAttention", "BidirectionalSelfAttention",
-           "EdgeSetTransformer", "edge_labels", "train_edge_transformer"]
+           "EdgeSetTransformer", "edge_labels", "same_component", "train_edge_transformer"]

@@ -16,7 +16,7 @@ import torch
 from hoplib._book.device import get_device
 from hoplib._book.pool import map_points, store_sweep
 from hoplib._book.tables import Table
-from hoplib._book.validate import check_int
+from hoplib._book.validate import check_choice, check_int
 from hoplib.lower_bounds import gnn, graphs
 
 TRAIN_KEYS = ("learn_families", "gnn_ds", "gnn_width", "gnn_steps", "tf_ds", "tf_depths", "tf_d_model",
@@ -24,6 +24,9 @@ TRAIN_KEYS = ("learn_families", "gnn_ds", "gnn_width", "gnn_steps", "tf_ds", "tf
 STRUCTURE_KEYS = ("exact_ds", "doubling_ds", "mpc_ds", "mpc_memory")
 EDGE_KEYS = ("edge_families", "edge_ds", "edge_depths", "edge_d_model", "edge_heads", "edge_steps", "edge_lr",
              "eval_size")
+PAIR_KEYS = ("pair_families", "pair_ds", "pair_depths", "pair_d_model", "pair_heads", "pair_steps", "pair_lr",
+             "eval_size")
+PARTS = {"edge": EDGE_KEYS, "pair": PAIR_KEYS}  # the edge-set sweeps: edge labels only, or edge and pair labels
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32], "doubling_ds": [2, 4, 8, 16, 32, 64, 128],
@@ -31,13 +34,17 @@ PROFILES: dict[str, dict[str, Any]] = {
               "gnn_width": 16, "gnn_steps": 120, "tf_ds": [2], "tf_depths": [1, 2], "tf_d_model": 32,
               "tf_heads": 2, "tf_steps": 100, "eval_size": 256, "threshold": 0.9,
               "edge_families": ["path"], "edge_ds": [2, 4], "edge_depths": [1, 2, 3], "edge_d_model": 64,
-              "edge_heads": 4, "edge_steps": 1500, "edge_lr": 1e-3},
+              "edge_heads": 4, "edge_steps": 1500, "edge_lr": 1e-3,
+              "pair_families": ["path"], "pair_ds": [2, 4], "pair_depths": [1, 2], "pair_d_model": 64,
+              "pair_heads": 4, "pair_steps": 1500, "pair_lr": 1e-3},
     "cpu": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], "doubling_ds": [2, 4, 8, 16, 32, 64, 128, 256],
             "mpc_ds": [2, 4, 8, 16, 32, 64, 128], "mpc_memory": 256, "learn_families": ["path", "cycle"],
             "gnn_ds": [2, 3, 4, 6], "gnn_width": 32, "gnn_steps": 400, "tf_ds": [2, 4], "tf_depths": [1, 2, 3],
             "tf_d_model": 32, "tf_heads": 2, "tf_steps": 500, "eval_size": 512, "threshold": 0.9,
             "edge_families": ["path"], "edge_ds": [2, 4, 6, 8], "edge_depths": [1, 2, 3, 4, 5],
-            "edge_d_model": 64, "edge_heads": 4, "edge_steps": 6000, "edge_lr": 1e-3},
+            "edge_d_model": 64, "edge_heads": 4, "edge_steps": 6000, "edge_lr": 1e-3,
+            "pair_families": ["path"], "pair_ds": [2, 4, 8, 16], "pair_depths": [1, 2, 3, 4],
+            "pair_d_model": 64, "pair_heads": 4, "pair_steps": 12000, "pair_lr": 1e-3},
     "paper": {"exact_ds": [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128],
               "doubling_ds": [2, 4, 8, 16, 32, 64, 128, 256, 512], "mpc_ds": [2, 4, 8, 16, 32, 64, 128, 256],
               "mpc_memory": 256, "learn_families": ["path", "cycle", "tree"], "gnn_ds": [2, 3, 4, 6, 8, 12],
@@ -45,7 +52,9 @@ PROFILES: dict[str, dict[str, Any]] = {
               "tf_d_model": 128, "tf_heads": 4, "tf_steps": 10000, "eval_size": 2048, "threshold": 0.9,
               "edge_families": ["path", "cycle", "tree"], "edge_ds": [2, 4, 8, 16, 32],
               "edge_depths": [1, 2, 3, 4, 5, 6, 7], "edge_d_model": 128, "edge_heads": 4, "edge_steps": 10000,
-              "edge_lr": 1e-3},
+              "edge_lr": 1e-3, "pair_families": ["path", "cycle", "tree"], "pair_ds": [2, 4, 8, 16, 32, 64],
+              "pair_depths": [1, 2, 3, 4, 5, 6, 7], "pair_d_model": 128, "pair_heads": 4, "pair_steps": 20000,
+              "pair_lr": 1e-3},
 }
 
 
@@ -181,29 +190,40 @@ def learned_text(rows: Sequence[Mapping[str, Any]]) -> Table:
 
 
 # --------------------------------------------------------------------------- the edge-set transformer
-def edge_points(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The (family, D, depth) models of the edge-set sweep, in training order (diameters below a family's
-    minimum are skipped)."""
-    _need(settings, EDGE_KEYS)
-    return [{"family": fam, "D": int(d), "depth": int(depth)} for fam in settings["edge_families"]
-            for d in settings["edge_ds"] if d >= graphs.min_diameter(fam) for depth in settings["edge_depths"]]
+def part_settings(settings: Mapping[str, Any], part: str = "edge") -> dict[str, Any]:
+    """The settings of one edge-set sweep under the ``edge_*`` names: the profile's ``edge_*`` settings for
+    ``part="edge"`` (edge labels only), its ``pair_*`` settings renamed for ``part="pair"`` (edge and pair
+    labels); ``pairs`` says which."""
+    check_choice("part", part, tuple(PARTS))
+    _need(settings, PARTS[part])
+    out = {key.replace("pair_", "edge_", 1): settings[key] for key in PARTS[part]}
+    return {**out, "pairs": part == "pair"}
 
 
-def train_edge_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any], *, seed: int = 0,
-                     device: str = "cpu") -> dict[str, Any]:
+def edge_points(settings: Mapping[str, Any], part: str = "edge") -> list[dict[str, Any]]:
+    """The (family, D, depth) models of the edge-set sweep ``part``, in training order (diameters below a
+    family's minimum are skipped)."""
+    s = part_settings(settings, part)
+    return [{"family": fam, "D": int(d), "depth": int(depth)} for fam in s["edge_families"]
+            for d in s["edge_ds"] if d >= graphs.min_diameter(fam) for depth in s["edge_depths"]]
+
+
+def train_edge_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any], *, part: str = "edge",
+                     seed: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Train one model of :func:`edge_points` (:func:`hoplib.lower_bounds.gnn.train_edge_transformer`)."""
     del index  # the position in the sweep; the seed is the same for every model
-    return gnn.train_edge_transformer(point["family"], point["D"], point["depth"], d_model=settings["edge_d_model"],
-                                      heads=settings["edge_heads"], steps=settings["edge_steps"],
-                                      lr=settings["edge_lr"], seed=seed, eval_size=settings["eval_size"],
-                                      device=device)
+    s = part_settings(settings, part)
+    return gnn.train_edge_transformer(point["family"], point["D"], point["depth"], d_model=s["edge_d_model"],
+                                      heads=s["edge_heads"], steps=s["edge_steps"], lr=s["edge_lr"], seed=seed,
+                                      pairs=s["pairs"], eval_size=s["eval_size"], device=device)
 
 
-def edge_sweep(settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu", workers: int = 1,
-               on_model: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+def edge_sweep(settings: Mapping[str, Any], *, part: str = "edge", seed: int = 0, device: str = "cpu",
+               workers: int = 1, on_model: Callable[[list[dict[str, Any]]], None] | None = None
+               ) -> list[dict[str, Any]]:
     """Train every model of :func:`edge_points` (``workers`` CPU processes) and return their records in order."""
-    job = functools.partial(train_edge_point, settings=dict(settings), seed=seed, device=str(device))
-    return map_points(job, edge_points(settings), workers=workers, device=str(device), on_result=on_model)
+    job = functools.partial(train_edge_point, settings=dict(settings), part=part, seed=seed, device=str(device))
+    return map_points(job, edge_points(settings, part), workers=workers, device=str(device), on_result=on_model)
 
 
 def edge_depths_needed(rows: Sequence[Mapping[str, Any]], threshold: float) -> dict[tuple[str, int], int | None]:
@@ -292,9 +312,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.gnn",
                                 description="Train the edge-set transformer sweep of the GNN chapter and store it.")
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
-    p.add_argument("--out", required=True, help="results root; writes <out>/gnn/<profile>/edge_sweep.json")
+    p.add_argument("--part", default="edge", choices=tuple(PARTS),
+                   help="edge: edge labels only (edge_sweep.json); pair: edge and pair labels (pair_sweep.json)")
+    p.add_argument("--out", required=True, help="results root; writes <out>/gnn/<profile>/<part>_sweep.json")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write edge_sweep_seed<seed>.json")
+    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write <part>_sweep_seed<seed>.json")
     p.add_argument("--diameters", type=int, nargs="+", help="only these of the profile's diameters")
     p.add_argument("--device", default="cpu")
     p.add_argument("--overwrite", action="store_true")
@@ -310,24 +332,26 @@ def main(argv: list[str] | None = None) -> Path:
     device = str(get_device(args.device))
     if args.workers > 1 and device != "cpu":
         raise ValueError("--workers > 1 is for CPU runs")
-    settings = {key: PROFILES[args.profile][key] for key in (*EDGE_KEYS, "threshold")}
+    settings = {key: PROFILES[args.profile][key] for key in (*PARTS[args.part], "threshold")}
+    ds = f"{args.part}_ds"
     if args.diameters:
-        unknown = sorted(set(args.diameters) - set(settings["edge_ds"]))
+        unknown = sorted(set(args.diameters) - set(settings[ds]))
         if unknown:
-            raise ValueError(f"--diameters {unknown} are not in the profile's diameters {settings['edge_ds']}")
-        settings["edge_ds"] = sorted(set(args.diameters))
-    name = "edge_sweep.json" if args.seed == 0 else f"edge_sweep_seed{args.seed}.json"
+            raise ValueError(f"--diameters {unknown} are not in the profile's diameters {settings[ds]}")
+        settings[ds] = sorted(set(args.diameters))
+    name = f"{args.part}_sweep.json" if args.seed == 0 else f"{args.part}_sweep_seed{args.seed}.json"
     path = Path(args.out) / "gnn" / args.profile / name
-    params = {"chapter": "gnn", "part": "edge", "profile": args.profile, "device": device, "seed": args.seed,
+    params = {"chapter": "gnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed,
               **settings}
-    run = functools.partial(edge_sweep, settings, seed=args.seed, device=device, workers=args.workers)
+    run = functools.partial(edge_sweep, settings, part=args.part, seed=args.seed, device=device,
+                            workers=args.workers)
     return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
 
 
-__all__ = ["EDGE_KEYS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter", "edge_depths_needed",
-           "edge_points", "edge_summary", "edge_sweep", "edge_text", "learned_summary", "learned_sweep",
-           "learned_text", "locality_table", "plot_edge_sweep", "plot_structure", "same_output_when_source_moves",
-           "structure_holds", "train_edge_point", "main"]
+__all__ = ["EDGE_KEYS", "PAIR_KEYS", "PARTS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter",
+           "edge_depths_needed", "edge_points", "edge_summary", "edge_sweep", "edge_text", "learned_summary",
+           "learned_sweep", "learned_text", "locality_table", "part_settings", "plot_edge_sweep", "plot_structure",
+           "same_output_when_source_moves", "structure_holds", "train_edge_point", "main"]
 
 
 if __name__ == "__main__":
