@@ -3,6 +3,7 @@ chapters (Corollaries 5.2-5.6, Theorem 5.1, Corollaries 3.3 and 3.5 of the paper
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -316,6 +317,16 @@ def test_pair_part_reads_the_pair_settings_under_edge_names():
     assert row["target"] == "edges+pairs" and row["steps"] == 5
 
 
+def test_edge_sweep_cli_control_run_records_its_steps_and_subset(tmp_path):
+    path = gnn_ex.main(["--out", str(tmp_path), "--profile", "quick", "--diameters", "2", "--depths", "1",
+                        "--steps", "3"])
+    assert path.name == "edge_sweep_steps3.json"
+    stored = json.loads(path.read_text())
+    params = stored["parameters"]
+    assert params["edge_steps"] == 3 and params["edge_ds"] == [2] and params["edge_depths"] == [1]
+    assert [(r["D"], r["depth"], r["steps"]) for r in stored["data"]] == [(2, 1, 3)]
+
+
 def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
     from hoplib._book.cli import run_cli
 
@@ -330,6 +341,10 @@ def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
     assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--part", "pair",
                                  "--diameters", "8"]) == 2
     assert "not in the profile" in capsys.readouterr().err
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--depths", "9"]) == 2
+    assert "not in the profile's depths" in capsys.readouterr().err
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--steps", "0"]) == 2
+    assert "steps" in capsys.readouterr().err
     (tmp_path / "gnn" / "quick" / "pair_sweep.json").write_text("{}")
     assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--part", "pair"]) == 2
     assert "exists" in capsys.readouterr().err

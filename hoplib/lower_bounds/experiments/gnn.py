@@ -318,6 +318,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write <part>_sweep_seed<seed>.json")
     p.add_argument("--diameters", type=int, nargs="+", help="only these of the profile's diameters")
+    p.add_argument("--depths", type=int, nargs="+", help="only these of the profile's depths")
+    p.add_argument("--steps", type=int, help="train this many steps instead of the profile's (a control run; "
+                                              "writes <part>_sweep[_seed<seed>]_steps<steps>.json)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--overwrite", action="store_true")
     return p.parse_args(argv)
@@ -333,13 +336,18 @@ def main(argv: list[str] | None = None) -> Path:
     if args.workers > 1 and device != "cpu":
         raise ValueError("--workers > 1 is for CPU runs")
     settings = {key: PROFILES[args.profile][key] for key in (*PARTS[args.part], "threshold")}
-    ds = f"{args.part}_ds"
-    if args.diameters:
-        unknown = sorted(set(args.diameters) - set(settings[ds]))
-        if unknown:
-            raise ValueError(f"--diameters {unknown} are not in the profile's diameters {settings[ds]}")
-        settings[ds] = sorted(set(args.diameters))
-    name = f"{args.part}_sweep.json" if args.seed == 0 else f"{args.part}_sweep_seed{args.seed}.json"
+    for option, key in (("diameters", "ds"), ("depths", "depths")):
+        chosen, key = getattr(args, option), f"{args.part}_{key}"
+        if chosen:
+            unknown = sorted(set(chosen) - set(settings[key]))
+            if unknown:
+                raise ValueError(f"--{option} {unknown} are not in the profile's {option} {settings[key]}")
+            settings[key] = sorted(set(chosen))
+    name = f"{args.part}_sweep" + (f"_seed{args.seed}" if args.seed else "")
+    if args.steps is not None:
+        settings[f"{args.part}_steps"] = check_int("steps", args.steps, low=1)
+        name += f"_steps{args.steps}"
+    name += ".json"
     path = Path(args.out) / "gnn" / args.profile / name
     params = {"chapter": "gnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed,
               **settings}
