@@ -128,6 +128,24 @@ def per_k_error(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: 
     return out
 
 
+def copy_letter_error(task: HopTask, *, n_samples: int = 1000, seed: int = 0, metric: str = "paper",
+                      ks: Iterable[int] | None = None) -> dict[int, float]:
+    """Error per k of the rule "answer the current letter", i.e. hop_0 applied whatever k is asked: the first
+    thing a briefly trained model learns. It is 0 at k = 0 and exactly 1 at k = 1, since the task's strings have
+    no immediate repeats, so the letter after the previous occurrence of x_i is never x_i; above chance there.
+    Measured on ``n_samples`` samples per k with :func:`errors_from_predictions`."""
+    if not isinstance(task, HopTask):
+        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
+    n_samples = check_int("n_samples", n_samples, low=1)
+    seed = check_int("seed", seed, low=0, high=2**30 - 1 - task.max_hops)
+    check_choice("metric", metric, METRICS)
+    out = {}
+    for k in _ks(task, ks):
+        x, y = task.sample(n_samples, k=k, seed=seed + k, device="cpu")
+        out[k] = errors_from_predictions(x, y, task, metric)  # the input token itself: the current letter
+    return out
+
+
 def error_records(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: int = 0,
                   device: str | torch.device = "auto", ks: Iterable[int] | None = None,
                   **labels: Any) -> list[dict[str, Any]]:

@@ -358,8 +358,9 @@ def test_closing_table_has_one_row_per_architecture_from_the_stored_runs(monkeyp
     rows, sources = closing.stored_closing_rows()
     assert [r["architecture"] for r in rows] == [t[0] for t in closing.THEORY.values()]
     assert all(set(r) == set(closing.COLUMNS) and r[closing.COLUMNS[-1]] for r in rows)
-    assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 6
-    assert "path D=4: L=2" in rows[-1][closing.COLUMNS[-1]]  # the edge-set transformer's stored run
+    assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 7
+    edge_set = rows[-1][closing.COLUMNS[-1]]  # the edge-set transformer's stored runs, edge labels first
+    assert "path D=4: L=2" in edge_set.split("Edge and pair labels")[0] and "path D=8" in edge_set
     assert "GRU" in rows[3][closing.COLUMNS[-1]]
     html = closing.to_html([dict(rows[0], architecture="a<b")])
     assert html.startswith("<table") and "a&lt;b" in html
@@ -379,7 +380,13 @@ def test_closing_rows_report_an_attention_type_that_solves_nothing():
     measured = [r[closing.COLUMNS[-1]] for r in rows]
     assert measured[0].startswith("error > 0.1 already at k=1") and "up to k=1" in measured[1]
     assert "k=2: >1" in measured[3] and "path D=2: L=2" in measured[5] and "path D=2: none" in measured[6]
-    assert measured[7] == "trained, smallest depth with accuracy ≥ 0.9: path D=4: L=2"
+    assert measured[7] == "edge labels: trained, smallest depth with accuracy ≥ 0.9: path D=4: L=2"
+    pairs = [dict(edges[0], depth=d, accuracy=a) for d, a in ((1, 0.5), (3, 0.95))]
+    with_pairs = closing.closing_rows(eff_records=recs, eff_settings=settings, rnn_records=rnn_recs,
+                                      cot_rows=cot_rows, structure=structure, learned=learned, edges=edges,
+                                      pairs=pairs)[7][closing.COLUMNS[-1]]
+    assert with_pairs == measured[7] + ". Edge and pair labels: trained, smallest depth with accuracy ≥ 0.9: " \
+                                       "path D=4: L=3"
 
 
 def test_closing_table_needs_rows():

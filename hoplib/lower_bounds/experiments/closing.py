@@ -91,16 +91,19 @@ def _gnn_measured(structure: Mapping[str, Any], learned: Sequence[Mapping[str, A
 def closing_rows(*, eff_records: Sequence[ErrorRecord], eff_settings: Mapping[str, Any],
                  rnn_records: Sequence[ErrorRecord], cot_rows: Sequence[Mapping[str, Any]],
                  structure: Mapping[str, Any], learned: Sequence[Mapping[str, Any]],
-                 edges: Sequence[Mapping[str, Any]], threshold: float = 0.1,
-                 gnn_threshold: float = 0.9) -> list[dict[str, str]]:
-    """The rows of the closing table, one per architecture (keys :data:`COLUMNS`); ``edges`` are the edge-set
-    transformer's records (:func:`hoplib.lower_bounds.experiments.gnn.edge_sweep`)."""
+                 edges: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]] = (),
+                 threshold: float = 0.1, gnn_threshold: float = 0.9) -> list[dict[str, str]]:
+    """The rows of the closing table, one per architecture (keys :data:`COLUMNS`); ``edges`` and ``pairs``
+    are the edge-set transformer's records trained on edge labels and on edge and pair labels
+    (:func:`hoplib.lower_bounds.experiments.gnn.edge_sweep`, parts ``edge`` and ``pair``)."""
     measured = {kind: _attention_measured(eff_records, eff_settings, kind, threshold) for kind in eff_ex.KINDS}
     measured["rnn"] = _rnn_measured(rnn_records, threshold)
     measured["cot"] = _cot_measured(cot_rows)
     measured["gnn"] = _gnn_measured(structure, learned, gnn_threshold, "gnn")
     measured["edge-list"] = _gnn_measured(structure, learned, gnn_threshold, "transformer")
-    measured["edge-set"] = _trained(edges, gnn_threshold, "edge-transformer")
+    measured["edge-set"] = "edge labels: " + _trained(edges, gnn_threshold, "edge-transformer")
+    if pairs:
+        measured["edge-set"] += ". Edge and pair labels: " + _trained(pairs, gnn_threshold, "edge-transformer")
     return [dict(zip(COLUMNS, (*THEORY[key], measured[key]), strict=True)) for key in THEORY]
 
 
@@ -108,13 +111,15 @@ def stored_closing_rows() -> tuple[list[dict[str, str]], list[Stored]]:
     """:func:`closing_rows` from the stored ``cpu`` runs of the four chapters; also returns those runs."""
     files = {"eff": "efficient_attention/cpu/training.json", "rnn": "rnn/cpu/training.json",
              "cot": "chain_of_thought/cpu/errors.json", "structure": "gnn/cpu/depth_vs_diameter.json",
-             "learned": "gnn/cpu/learned.json", "edges": "gnn/cpu/edge_sweep.json"}
+             "learned": "gnn/cpu/learned.json", "edges": "gnn/cpu/edge_sweep.json",
+             "pairs": "gnn/cpu/pair_sweep.json"}
     stored = {key: load_stored(name) for key, name in files.items()}
     rows = closing_rows(eff_records=error_records(stored["eff"].data),
                         eff_settings=part_settings(stored["eff"].record["parameters"], "eff"),
                         rnn_records=error_records(stored["rnn"].data), cot_rows=stored["cot"].data["rows"],
                         structure=stored["structure"].data, learned=stored["learned"].data,
-                        edges=stored["edges"].data, gnn_threshold=gnn_ex.PROFILES["cpu"]["threshold"])
+                        edges=stored["edges"].data, pairs=stored["pairs"].data,
+                        gnn_threshold=gnn_ex.PROFILES["cpu"]["threshold"])
     return rows, list(stored.values())
 
 

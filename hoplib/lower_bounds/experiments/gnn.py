@@ -264,10 +264,10 @@ def edge_text(rows: Sequence[Mapping[str, Any]]) -> Table:
                  caption="accuracy at t (edge accuracy)")
 
 
-def plot_edge_sweep(rows: Sequence[Mapping[str, Any]], threshold: float):
-    """Left: connectivity accuracy against depth, one colour per D, one line style per family. Right: the
-    smallest depth reaching ``threshold`` against D (log axis), with the ``ceil(log2 D)`` squarings of pointer
-    doubling and the GNN's ``L = D``."""
+def plot_edge_sweep(rows: Sequence[Mapping[str, Any]], threshold: float, title: str = "edge-set transformer"):
+    """Left (titled ``title``): connectivity accuracy against depth, one colour per D, one line style per
+    family. Right: the smallest depth reaching ``threshold`` against D (log axis), with the ``ceil(log2 D)``
+    squarings of pointer doubling and the GNN's ``L = D``."""
     import matplotlib.pyplot as plt
 
     from hoplib.plots import integer_ticks
@@ -283,7 +283,7 @@ def plot_edge_sweep(rows: Sequence[Mapping[str, Any]], threshold: float):
                 left.plot(*zip(*sel, strict=True), ls=styles[j % 3], marker=marks[j % 3],
                           color=cmap(0.85 * i / max(1, len(ds) - 1)), label=f"D = {d}" if j == 0 else None)
     left.axhline(threshold, color="0.5", lw=1, ls=":")
-    left.set(xlabel="depth L", ylabel="accuracy at t", ylim=(0.4, 1.02), title="edge-set transformer")
+    left.set(xlabel="depth L", ylabel="accuracy at t", ylim=(0.4, 1.02), title=title)
     left.legend(loc="center right")
     needed, top = edge_depths_needed(rows, threshold), max(int(r["depth"]) for r in rows)
     for j, fam in enumerate(fams):
