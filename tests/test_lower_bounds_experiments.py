@@ -301,15 +301,15 @@ def test_edge_points_cover_the_profile_grid_and_skip_small_diameters():
         gnn_ex.edge_points({"edge_ds": [2]})
 
 
-def test_pair_part_reads_the_pair_settings_under_edge_names():
+def test_sweep_settings_read_the_pair_settings_under_edge_names():
     quick = gnn_ex.PROFILES["quick"]
-    s = gnn_ex.part_settings(quick, "pair")
+    s = gnn_ex.sweep_settings(quick, "pair")
     assert s["pairs"] and s["edge_ds"] == quick["pair_ds"] and s["edge_steps"] == quick["pair_steps"]
-    assert not gnn_ex.part_settings(quick, "edge")["pairs"]
+    assert not gnn_ex.sweep_settings(quick, "edge")["pairs"]
     assert gnn_ex.edge_points(quick, "pair") == [{"family": "path", "D": d, "depth": L}
                                                  for d in quick["pair_ds"] for L in quick["pair_depths"]]
     with pytest.raises(ValueError, match="part"):
-        gnn_ex.part_settings(quick, "pairs")
+        gnn_ex.sweep_settings(quick, "pairs")
     for profile in gnn_ex.PROFILES.values():  # every profile defines both sweeps
         assert set(gnn_ex.PAIR_KEYS) <= set(profile) and set(gnn_ex.EDGE_KEYS) <= set(profile)
     row = gnn_ex.train_edge_point(0, {"family": "path", "D": 2, "depth": 1},

@@ -39,7 +39,8 @@ no positions and unmasked (:class:`BidirectionalAttention`) attention, the book'
 edge by whether it lies in ``s``'s component (dense targets: the component labelling of Corollary 3.3), and the
 connectivity answer is its label at ``t``'s edge. Unlike the causal model on the token list above, it learns.
 With ``pairs=True`` it also labels every pair of edges, same component or not (:func:`same_component`, a
-bilinear read-out): the whole component relation, which is what lets it learn longer paths.
+bilinear read-out): the whole component relation. In the book's stored runs it learns longer paths that way
+than with the edge labels alone, at equal steps.
 """
 
 from __future__ import annotations

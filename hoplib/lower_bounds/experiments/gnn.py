@@ -190,7 +190,7 @@ def learned_text(rows: Sequence[Mapping[str, Any]]) -> Table:
 
 
 # --------------------------------------------------------------------------- the edge-set transformer
-def part_settings(settings: Mapping[str, Any], part: str = "edge") -> dict[str, Any]:
+def sweep_settings(settings: Mapping[str, Any], part: str = "edge") -> dict[str, Any]:
     """The settings of one edge-set sweep under the ``edge_*`` names: the profile's ``edge_*`` settings for
     ``part="edge"`` (edge labels only), its ``pair_*`` settings renamed for ``part="pair"`` (edge and pair
     labels); ``pairs`` says which."""
@@ -203,7 +203,7 @@ def part_settings(settings: Mapping[str, Any], part: str = "edge") -> dict[str, 
 def edge_points(settings: Mapping[str, Any], part: str = "edge") -> list[dict[str, Any]]:
     """The (family, D, depth) models of the edge-set sweep ``part``, in training order (diameters below a
     family's minimum are skipped)."""
-    s = part_settings(settings, part)
+    s = sweep_settings(settings, part)
     return [{"family": fam, "D": int(d), "depth": int(depth)} for fam in s["edge_families"]
             for d in s["edge_ds"] if d >= graphs.min_diameter(fam) for depth in s["edge_depths"]]
 
@@ -212,7 +212,7 @@ def train_edge_point(index: int, point: Mapping[str, Any], settings: Mapping[str
                      seed: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Train one model of :func:`edge_points` (:func:`hoplib.lower_bounds.gnn.train_edge_transformer`)."""
     del index  # the position in the sweep; the seed is the same for every model
-    s = part_settings(settings, part)
+    s = sweep_settings(settings, part)
     return gnn.train_edge_transformer(point["family"], point["D"], point["depth"], d_model=s["edge_d_model"],
                                       heads=s["edge_heads"], steps=s["edge_steps"], lr=s["edge_lr"], seed=seed,
                                       pairs=s["pairs"], eval_size=s["eval_size"], device=device)
@@ -336,8 +336,8 @@ def main(argv: list[str] | None = None) -> Path:
     if args.workers > 1 and device != "cpu":
         raise ValueError("--workers > 1 is for CPU runs")
     settings = {key: PROFILES[args.profile][key] for key in (*PARTS[args.part], "threshold")}
-    for option, key in (("diameters", "ds"), ("depths", "depths")):
-        chosen, key = getattr(args, option), f"{args.part}_{key}"
+    for option, suffix in (("diameters", "ds"), ("depths", "depths")):
+        chosen, key = getattr(args, option), f"{args.part}_{suffix}"
         if chosen:
             unknown = sorted(set(chosen) - set(settings[key]))
             if unknown:
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> Path:
 
 __all__ = ["EDGE_KEYS", "PAIR_KEYS", "PARTS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter",
            "edge_depths_needed", "edge_points", "edge_summary", "edge_sweep", "edge_text", "learned_summary",
-           "learned_sweep", "learned_text", "locality_table", "part_settings", "plot_edge_sweep", "plot_structure",
+           "learned_sweep", "learned_text", "locality_table", "plot_edge_sweep", "plot_structure", "sweep_settings",
            "same_output_when_source_moves", "structure_holds", "train_edge_point", "main"]
 
 
