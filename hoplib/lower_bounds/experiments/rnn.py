@@ -1,17 +1,27 @@
 """The measurements of the chapter on recurrent models (Corollary 5.2 of the paper, Propositions E.3 and E.4):
 the encoding of pointer chasing as hop_k checked on random instances, the bits that four protocols post, the two
-exact constructions checked against ``hop``, the training sweep and what the stored sweep shows."""
+exact constructions checked against ``hop``, the training sweep and what the stored sweep shows.
+
+The training sweep (:func:`sweep`) gives every family the same tuning: the same widths, depths and steps and
+the same small learning-rate sweep, keeping the better rate per model (:func:`best_lr`). The ``cpu`` profile's
+run is stored with ``python -m hoplib.lower_bounds.experiments.rnn --profile cpu --workers 2 --out results``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import argparse
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from hoplib._book.device import get_device
+from hoplib._book.pool import map_points, store_sweep
 from hoplib._book.timing import Job
-from hoplib._book.validate import check_int
+from hoplib._book.validate import check_choice, check_int
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
@@ -20,22 +30,24 @@ from hoplib.report import ErrorRecord, error_table
 from hoplib.tasks import HopTask, hop
 
 KINDS = ("gru", "lstm", "mamba", "transformer")
-TRAIN_KEYS = ("seq_len", "max_hops", "kinds", "depths", "widths", "steps", "lr", "warmup_steps", "n_samples")
+TRAIN_KEYS = ("seq_len", "max_hops", "kinds", "depths", "widths", "steps", "lrs", "warmup_steps", "n_samples")
+HEADS = 4  # attention heads of the transformers
+BATCH_SIZE = 32
 THRESHOLD = 0.1  # "solved": test error at most this
 PROTOCOLS = ("k_rounds", "one_round", "hop_rnn", "prefix_rnn")
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {"n_check": 300, "bit_table": [(2, 4), (3, 4), (4, 4)],
               "seq_len": 24, "max_hops": 3, "kinds": list(KINDS), "depths": [1, 2], "widths": [32],
-              "steps": 60, "lr": 3e-3, "warmup_steps": 10, "n_samples": 50,
+              "steps": 60, "lrs": [3e-3], "warmup_steps": 10, "n_samples": 50,
               "alphabet": recall.PROFILES["quick"]},
     "cpu": {"n_check": 2000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32)],
-            "seq_len": 32, "max_hops": 4, "kinds": list(KINDS), "depths": [1, 2, 3, 4], "widths": [32],
-            "steps": 1500, "lr": 3e-3, "warmup_steps": 100, "n_samples": 200,
+            "seq_len": 32, "max_hops": 4, "kinds": list(KINDS), "depths": [1, 2, 3, 4], "widths": [64],
+            "steps": 4000, "lrs": [1e-3, 3e-3], "warmup_steps": 100, "n_samples": 200,
             "alphabet": recall.PROFILES["cpu"]},
     "paper": {"n_check": 10_000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32), (8, 64)],
               "seq_len": 100, "max_hops": 16, "kinds": list(KINDS), "depths": [1, 2, 3, 4, 5, 6],
-              "widths": [64, 128], "steps": 20_000, "lr": 1e-3, "warmup_steps": 1000, "n_samples": 100,
+              "widths": [64, 128], "steps": 20_000, "lrs": [3e-4, 1e-3], "warmup_steps": 1000, "n_samples": 100,
               "alphabet": recall.PROFILES["paper"]},
 }
 
@@ -132,29 +144,86 @@ def check_constructions(ks: Sequence[int], *, seed: int = 0, prefix_ks: Sequence
     return rows
 
 
-def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "auto",
-          progress: bool = False) -> list[dict[str, Any]]:
-    """:func:`hoplib.lower_bounds.rnn.depth_sweep` with the training settings of a profile (``TRAIN_KEYS``
-    other than the task's ``seq_len`` and ``max_hops``)."""
+def train_grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The training sweep's points (kind, width, depth, learning rate), in that order of nesting."""
     missing = [key for key in TRAIN_KEYS if key not in settings]
     if missing:
         raise ValueError(f"settings lack {missing}")
-    return rnn.depth_sweep(task, kinds=tuple(settings["kinds"]), depths=tuple(settings["depths"]),
-                           widths=tuple(settings["widths"]), steps=settings["steps"], lr=settings["lr"],
-                           warmup_steps=settings["warmup_steps"], n_samples=settings["n_samples"], seed=seed,
-                           device=device, progress=progress)
+    for kind in settings["kinds"]:
+        check_choice("kinds[i]", kind, KINDS)
+    for lr in settings["lrs"]:
+        if not isinstance(lr, (int, float)) or not 0 < lr < 1:
+            raise ValueError(f"lrs must be numbers in (0, 1), got {lr!r}")
+    return [{"kind": kind, "d_model": check_int("widths[i]", w, low=1), "depth": check_int("depths[i]", d, low=1),
+             "lr": float(lr)} for kind in settings["kinds"] for w in settings["widths"]
+            for d in settings["depths"] for lr in settings["lrs"]]
+
+
+def train_point(index: int, point: Mapping[str, Any], task: HopTask, settings: Mapping[str, Any], *,
+                seed: int = 0, device: str = "cpu") -> dict[str, Any]:
+    """Train the model of one grid point on multi-task hop_k (:func:`hoplib.train.fit`, batch 32, the point's
+    learning rate) and measure its error for every k (the paper's metric). torch is seeded with
+    ``seed + index`` before the model is built, so a point's result does not depend on the worker."""
+    from hoplib.lower_bounds.sweep import train_and_measure
+    from hoplib.train import TrainConfig
+
+    torch.manual_seed(seed + index)
+    model, extra = rnn._build(task, HEADS)(dict(point))
+    config = TrainConfig(steps=settings["steps"], batch_size=BATCH_SIZE, lr=point["lr"],
+                         warmup_steps=settings["warmup_steps"], seed=seed)
+    out = train_and_measure(model, task, config, n_samples=settings["n_samples"], device=device)
+    return {**point, **extra, "params": out["params"], "errors": out["errors"], "final_loss": out["final_loss"],
+            "train_time_s": out["train_time_s"]}
+
+
+def _tidy(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (model, k), as the depth report reads them."""
+    return [{**{key: v for key, v in r.items() if key != "errors"}, "k": int(k), "error": float(e)}
+            for r in results for k, e in r["errors"].items()]
+
+
+def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "auto",
+          workers: int = 1, on_model: Callable[[list[dict[str, Any]]], None] | None = None
+          ) -> list[dict[str, Any]]:
+    """Train every point of :func:`train_grid` (``workers`` processes of one thread each on CPU) on ``task``
+    and return tidy records ``{"kind", "d_model", "depth", "lr", "state_bits", "params", "final_loss",
+    "train_time_s", "k", "error"}``, one per model and k (``state_bits`` is 0 for transformers); :func:`best_lr`
+    keeps the better learning rate of each model. ``on_model`` is called with the records finished so far."""
+    points = train_grid(settings)
+    if not isinstance(task, HopTask):
+        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
+    job = functools.partial(train_point, task=task, settings=dict(settings), seed=seed,
+                            device=str(get_device(device)))
+    done = None if on_model is None else (lambda results: on_model(_tidy(results)))
+    return _tidy(map_points(job, points, workers=workers, device=str(get_device(device)), on_result=done))
+
+
+def best_lr(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the better learning rate of each (kind, width, depth): the one with the lowest mean error
+    over k >= 1 (the first listed on a tie); records without ``lr`` (a run with one rate) pass through."""
+    groups: dict[tuple, dict[float, list[Mapping[str, Any]]]] = {}
+    for r in records:
+        key = (r["kind"], r.get("d_model"), r["depth"])
+        groups.setdefault(key, {}).setdefault(r.get("lr"), []).append(r)
+    def mean_error(rows: list[Mapping[str, Any]]) -> float:
+        errs = [r["error"] for r in rows if r["k"] >= 1]
+        return sum(errs) / max(len(errs), 1)
+
+    out: list[dict[str, Any]] = []
+    for by_lr in groups.values():
+        out += [dict(r) for r in min(by_lr.values(), key=mean_error)]
+    return out
 
 
 def jobs(profile: str) -> list[Job]:
-    """The training work of a profile (the depth sweep at batch 32, then the alphabet sweep), for the time
-    estimates of :mod:`hoplib._book.timing`."""
+    """The training work of a profile (the depth sweep, one job per model and learning rate, then the
+    alphabet sweep), for the time estimates of :mod:`hoplib._book.timing`."""
     from hoplib.models import count_parameters
 
     s = PROFILES[profile]
     task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
-    build = rnn._build(task, 4)
-    out = [Job(count_parameters(build({"kind": kind, "d_model": w, "depth": d})[0]), 32 * task.length, s["steps"])
-           for kind in s["kinds"] for w in s["widths"] for d in s["depths"]]
+    build = rnn._build(task, HEADS)
+    out = [Job(count_parameters(build(dict(p))[0]), BATCH_SIZE * task.length, s["steps"]) for p in train_grid(s)]
     return out + recall.jobs(s["alphabet"])
 
 
@@ -178,6 +247,46 @@ def best_errors(records: Sequence[ErrorRecord], k: int) -> dict[str, float]:
     return {kind: best_error(records, kind, k) for kind in KINDS if any(r.family == kind for r in records)}
 
 
-__all__ = ["KINDS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors", "check_constructions",
-           "check_random_encodings", "jobs", "observations", "plot_reduction_chain", "protocol_bit_row",
-           "protocol_bit_rows", "rounds_or_long_messages", "sweep"]
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.rnn",
+                                description="Train the RNN chapter's depth sweep (every family, depth and "
+                                            "learning rate on multi-task hop_k) and store it.")
+    p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
+    p.add_argument("--out", required=True, help="results root; writes <out>/rnn/<profile>/training.json")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write training_seed<seed>.json")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--overwrite", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """The command line: validate everything, then run :func:`sweep` and write the results file atomically
+    (a ``.partial.json`` beside it holds the models finished so far, marked incomplete)."""
+    args = _parse(argv)
+    check_int("workers", args.workers, low=1)
+    check_int("seed", args.seed, low=0, high=2**32 - 1)
+    device = str(get_device(args.device))
+    if args.workers > 1 and device != "cpu":
+        raise ValueError("--workers > 1 is for CPU runs")
+    settings = {key: PROFILES[args.profile][key] for key in TRAIN_KEYS}
+    train_grid(settings)
+    task = HopTask(seq_len=settings["seq_len"], alphabet_size=4, max_hops=settings["max_hops"])
+    name = "training.json" if args.seed == 0 else f"training_seed{args.seed}.json"
+    path = Path(args.out) / "rnn" / args.profile / name
+    params = {"chapter": "rnn", "part": "training", "profile": args.profile, "device": device,
+              "seed": args.seed, "alphabet_size": 4, "heads": HEADS, "batch_size": BATCH_SIZE, **settings}
+    run = functools.partial(sweep, task, settings, seed=args.seed, device=device, workers=args.workers)
+    return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
+
+
+__all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors",
+           "best_lr", "check_constructions", "check_random_encodings", "jobs", "main", "observations",
+           "plot_reduction_chain", "protocol_bit_row", "protocol_bit_rows", "rounds_or_long_messages", "sweep",
+           "train_grid", "train_point"]
+
+
+if __name__ == "__main__":
+    from hoplib._book.cli import run_cli
+
+    raise SystemExit(run_cli(main))
