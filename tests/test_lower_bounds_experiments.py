@@ -18,6 +18,7 @@ from hoplib.lower_bounds.experiments import efficient_attention as eff_ex
 from hoplib.lower_bounds.experiments import gnn as gnn_ex
 from hoplib.lower_bounds.experiments import rnn as rnn_ex
 from hoplib.report import ErrorRecord
+from hoplib.tasks import HopTask
 
 matplotlib.use("Agg")
 
@@ -163,6 +164,51 @@ def test_rnn_observations_compare_the_deepest_and_the_shallowest_model():
 def test_rnn_sweep_rejects_settings_without_its_keys():
     with pytest.raises(ValueError, match="steps"):
         rnn_ex.sweep(None, {k: 1 for k in rnn_ex.TRAIN_KEYS if k != "steps"})
+
+
+RNN_TINY = {"seq_len": 10, "max_hops": 2, "kinds": ["gru", "transformer"], "depths": [1], "widths": [8],
+            "steps": 3, "lrs": [1e-3, 3e-3], "warmup_steps": 1, "n_samples": 8}
+
+
+@pytest.mark.parametrize("bad, match", [({"lrs": [0.0]}, "lrs"), ({"lrs": [2]}, "lrs"),
+                                        ({"kinds": ["rnn"]}, "kinds"), ({"depths": [0]}, "depths")])
+def test_rnn_train_grid_refuses_bad_settings(bad, match):
+    with pytest.raises(ValueError, match=match):
+        rnn_ex.train_grid({**RNN_TINY, **bad})
+
+
+def test_rnn_sweep_trains_every_family_depth_and_rate_and_workers_do_not_change_results():
+    task = HopTask(seq_len=10, alphabet_size=4, max_hops=2)
+    one = rnn_ex.sweep(task, RNN_TINY, seed=1, device="cpu")
+    points = [(p["kind"], p["depth"], p["lr"]) for p in rnn_ex.train_grid(RNN_TINY)]
+    assert [(r["kind"], r["depth"], r["lr"]) for r in one if r["k"] == 0] == points
+    assert sorted({r["k"] for r in one}) == [0, 1, 2] and len(one) == 3 * len(points)
+    assert all((r["state_bits"] > 0) == (r["kind"] != "transformer") for r in one)
+    again = rnn_ex.sweep(task, RNN_TINY, seed=1, device="cpu", workers=2)
+    assert [r["error"] for r in again] == [r["error"] for r in one]
+
+
+def test_rnn_best_lr_keeps_the_rate_with_the_lowest_mean_error_over_k_from_one():
+    rows = [{"kind": "gru", "d_model": 8, "depth": 1, "lr": lr, "k": k, "error": e}
+            for lr, errs in ((1e-3, [0.9, 0.2, 0.4]), (3e-3, [0.0, 0.3, 0.4])) for k, e in enumerate(errs)]
+    best = rnn_ex.best_lr(rows)
+    assert {r["lr"] for r in best} == {1e-3} and len(best) == 3  # k = 0 does not count
+    single = [{k: v for k, v in r.items() if k != "lr"} for r in rows[:3]]
+    assert rnn_ex.best_lr(single) == single
+
+
+def test_rnn_cli_stores_a_run_and_refuses_bad_arguments_before_work(tmp_path, capsys, monkeypatch):
+    from hoplib._book.cli import run_cli
+
+    assert run_cli(rnn_ex.main, ["--out", str(tmp_path), "--workers", "0"]) == 2
+    assert "workers" in capsys.readouterr().err
+    monkeypatch.setitem(rnn_ex.PROFILES, "quick", {**rnn_ex.PROFILES["quick"], **RNN_TINY})
+    path = rnn_ex.main(["--out", str(tmp_path), "--profile", "quick"])
+    stored = json.loads(path.read_text())
+    lbx.check_stored_settings(stored["parameters"], rnn_ex.PROFILES["quick"], rnn_ex.TRAIN_KEYS)
+    assert len(stored["data"]) == 3 * len(rnn_ex.train_grid(RNN_TINY))
+    assert run_cli(rnn_ex.main, ["--out", str(tmp_path), "--profile", "quick"]) == 2
+    assert "exists" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the efficient-attention chapter

@@ -11,6 +11,7 @@ from hoplib._book.results import Stored, load_stored
 from hoplib.lower_bounds.experiments import depth_needed, error_records, html_table, part_settings, solved_up_to
 from hoplib.lower_bounds.experiments import efficient_attention as eff_ex
 from hoplib.lower_bounds.experiments import gnn as gnn_ex
+from hoplib.lower_bounds.experiments import rnn as rnn_ex
 from hoplib.report import ErrorRecord
 
 COLUMNS = ("architecture", "cost per layer", "depth needed (theory)", "measured (stored cpu runs)")
@@ -116,7 +117,8 @@ def stored_closing_rows() -> tuple[list[dict[str, str]], list[Stored]]:
     stored = {key: load_stored(name) for key, name in files.items()}
     rows = closing_rows(eff_records=error_records(stored["eff"].data),
                         eff_settings=part_settings(stored["eff"].record["parameters"], "eff"),
-                        rnn_records=error_records(stored["rnn"].data), cot_rows=stored["cot"].data["rows"],
+                        rnn_records=error_records(rnn_ex.best_lr(stored["rnn"].data)),
+                        cot_rows=stored["cot"].data["rows"],
                         structure=stored["structure"].data, learned=stored["learned"].data,
                         edges=stored["edges"].data, pairs=stored["pairs"].data,
                         gnn_threshold=gnn_ex.PROFILES["cpu"]["threshold"])

@@ -31,24 +31,43 @@ from hoplib.tasks import HopTask, hop
 
 KINDS = ("gru", "lstm", "mamba", "transformer")
 TRAIN_KEYS = ("seq_len", "max_hops", "kinds", "depths", "widths", "steps", "lrs", "warmup_steps", "n_samples")
+PARTS = ("training", "matched")  # the stored depth sweeps: results/rnn/<profile>/<part>.json
 HEADS = 4  # attention heads of the transformers
 BATCH_SIZE = 32
 THRESHOLD = 0.1  # "solved": test error at most this
 PROTOCOLS = ("k_rounds", "one_round", "hop_rnn", "prefix_rnn")
 
-PROFILES: dict[str, dict[str, Any]] = {
+
+
+def matched_settings(grid: str, kinds: Sequence[str], depths: Sequence[int]) -> dict[str, Any]:
+    """Depth-sweep settings (``TRAIN_KEYS``) with the task and the training recipe of the training chapter's
+    grid ``grid`` (:data:`hoplib.training.sweep.GRIDS`: N, k, steps, learning rate, warm-up, width, test
+    samples), so that recurrent models trained with them compare with that grid's stored transformers at
+    equal tuning effort (one learning rate, the transformers')."""
+    from hoplib.training.sweep import GRIDS
+
+    g = GRIDS[check_choice("grid", grid, tuple(GRIDS))]
+    s = g.settings
+    return {"seq_len": s["seq_len"], "max_hops": s["max_hops"], "kinds": list(kinds), "depths": list(depths),
+            "widths": [g.widths[0][0]], "steps": s["steps"], "lrs": [s["lr"]], "warmup_steps": s["warmup_steps"],
+            "n_samples": s["eval_samples"], "grid": grid}
+
+
+PROFILES: dict[str, dict[str, Any]] = {  # "matched": the recurrent sweep at the training chapter's task
     "quick": {"n_check": 300, "bit_table": [(2, 4), (3, 4), (4, 4)],
               "seq_len": 24, "max_hops": 3, "kinds": list(KINDS), "depths": [1, 2], "widths": [32],
               "steps": 60, "lrs": [3e-3], "warmup_steps": 10, "n_samples": 50,
-              "alphabet": recall.PROFILES["quick"]},
+              "alphabet": recall.PROFILES["quick"], "matched": matched_settings("quick", ["gru"], [1, 2])},
     "cpu": {"n_check": 2000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32)],
             "seq_len": 32, "max_hops": 4, "kinds": list(KINDS), "depths": [1, 2, 3, 4], "widths": [64],
             "steps": 4000, "lrs": [1e-3, 3e-3], "warmup_steps": 100, "n_samples": 200,
-            "alphabet": recall.PROFILES["cpu"]},
+            "alphabet": recall.PROFILES["cpu"],
+            "matched": matched_settings("medium", ["gru", "lstm"], [1, 2, 3, 4, 5, 6])},
     "paper": {"n_check": 10_000, "bit_table": [(2, 8), (3, 8), (4, 8), (4, 32), (8, 64)],
               "seq_len": 100, "max_hops": 16, "kinds": list(KINDS), "depths": [1, 2, 3, 4, 5, 6],
               "widths": [64, 128], "steps": 20_000, "lrs": [3e-4, 1e-3], "warmup_steps": 1000, "n_samples": 100,
-              "alphabet": recall.PROFILES["paper"]},
+              "alphabet": recall.PROFILES["paper"],
+              "matched": matched_settings("paper", ["gru", "lstm", "mamba"], [1, 2, 3, 4, 5, 6, 7, 8])},
 }
 
 
@@ -252,7 +271,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                                 description="Train the RNN chapter's depth sweep (every family, depth and "
                                             "learning rate on multi-task hop_k) and store it.")
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
-    p.add_argument("--out", required=True, help="results root; writes <out>/rnn/<profile>/training.json")
+    p.add_argument("--part", default="training", choices=PARTS,
+                   help="training: the chapter's depth sweep; matched: recurrent models at the training "
+                        "chapter's task and recipe")
+    p.add_argument("--out", required=True, help="results root; writes <out>/rnn/<profile>/<part>.json")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write training_seed<seed>.json")
     p.add_argument("--device", default="cpu")
@@ -269,21 +291,23 @@ def main(argv: list[str] | None = None) -> Path:
     device = str(get_device(args.device))
     if args.workers > 1 and device != "cpu":
         raise ValueError("--workers > 1 is for CPU runs")
-    settings = {key: PROFILES[args.profile][key] for key in TRAIN_KEYS}
+    profile = PROFILES[args.profile]
+    extra = {} if args.part == "training" else {"grid": profile["matched"]["grid"]}
+    settings = {key: (profile if args.part == "training" else profile["matched"])[key] for key in TRAIN_KEYS}
     train_grid(settings)
     task = HopTask(seq_len=settings["seq_len"], alphabet_size=4, max_hops=settings["max_hops"])
-    name = "training.json" if args.seed == 0 else f"training_seed{args.seed}.json"
+    name = args.part + ("" if args.seed == 0 else f"_seed{args.seed}") + ".json"
     path = Path(args.out) / "rnn" / args.profile / name
     params = {"chapter": "rnn", "part": "training", "profile": args.profile, "device": device,
-              "seed": args.seed, "alphabet_size": 4, "heads": HEADS, "batch_size": BATCH_SIZE, **settings}
+              "seed": args.seed, "alphabet_size": 4, "heads": HEADS, "batch_size": BATCH_SIZE, **extra, **settings}
     run = functools.partial(sweep, task, settings, seed=args.seed, device=device, workers=args.workers)
     return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
 
 
-__all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors",
+__all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PARTS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors",
            "best_lr", "check_constructions", "check_random_encodings", "jobs", "main", "observations",
            "plot_reduction_chain", "protocol_bit_row", "protocol_bit_rows", "rounds_or_long_messages", "sweep",
-           "train_grid", "train_point"]
+           "train_grid", "train_point", "matched_settings"]
 
 
 if __name__ == "__main__":
