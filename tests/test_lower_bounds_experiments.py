@@ -451,3 +451,42 @@ def test_learned_accuracies_pivot_to_one_row_per_model_and_one_column_per_depth(
     table = gnn_ex.learned_text(rows)
     assert table.header == ["family", "D", "model", "depth 1", "depth 2"]
     assert table.body == [["path", "2", "gnn", "0.500", "1.000"], ["path", "2", "transformer", "0.600", "-"]]
+
+
+def test_rnn_reach_table_gives_the_largest_k_solved_from_one_on_per_depth():
+    recs = _records({("gru", 1): [0, 0.0, 0.05, 0.3], ("gru", 2): [0, 0.2, 0.0, 0.0]})
+    assert rnn_ex.reach_table({"GRU": recs}) == {"GRU": {1: 2, 2: 0}}  # depth 2 misses k = 1
+    mixed = _records({("gru", 1): [0, 0.0], ("lstm", 1): [0, 0.0]})
+    with pytest.raises(ValueError, match="one family"):
+        rnn_ex.reach_table({"both": mixed})
+
+
+def test_rnn_plot_reach_draws_every_group_and_both_constructions_legibly():
+    from hoplib.plots import check_legible
+
+    fig = rnn_ex.plot_reach({"GRU": {1: 2, 2: 3}, "transformer": {2: 1, 3: 3}}, max_hops=4, title="t")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert labels[2:] == ["GRU", "transformer"] and "one hop per layer" in labels[0]
+    assert check_legible(fig) >= 11
+    with pytest.raises(ValueError):
+        rnn_ex.plot_reach({}, max_hops=4)
+
+
+def test_rnn_matched_settings_follow_the_training_grid_and_the_cli_stores_them_as_their_own_part(
+        tmp_path, monkeypatch):
+    from hoplib.training.sweep import GRIDS
+
+    cpu = rnn_ex.PROFILES["cpu"]["matched"]
+    grid = GRIDS[cpu["grid"]]
+    assert (cpu["seq_len"], cpu["steps"], cpu["lrs"]) == (grid.settings["seq_len"], grid.settings["steps"],
+                                                          [grid.settings["lr"]])
+    assert cpu["widths"] == [grid.widths[0][0]] and "transformer" not in cpu["kinds"]
+    with pytest.raises(ValueError, match="grid"):
+        rnn_ex.matched_settings("huge", ["gru"], [1])
+    tiny = {**RNN_TINY, "kinds": ["gru"], "lrs": [1e-3], "grid": "quick"}
+    monkeypatch.setitem(rnn_ex.PROFILES, "quick", {**rnn_ex.PROFILES["quick"], "matched": tiny})
+    path = rnn_ex.main(["--out", str(tmp_path), "--profile", "quick", "--part", "matched"])
+    assert path.name == "matched.json"
+    params = json.loads(path.read_text())["parameters"]
+    lbx.check_stored_settings(params, tiny, (*rnn_ex.TRAIN_KEYS, "grid"))
+    assert params["part"] == "matched"

@@ -25,7 +25,7 @@ from hoplib._book.validate import check_choice, check_int
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
-from hoplib.lower_bounds.experiments import best_error, error_records, recall
+from hoplib.lower_bounds.experiments import best_error, error_records, recall, solved_up_to
 from hoplib.report import ErrorRecord, error_table
 from hoplib.tasks import HopTask, hop
 
@@ -266,6 +266,49 @@ def best_errors(records: Sequence[ErrorRecord], k: int) -> dict[str, float]:
     return {kind: best_error(records, kind, k) for kind in KINDS if any(r.family == kind for r in records)}
 
 
+def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = THRESHOLD
+                ) -> dict[str, dict[int, int]]:
+    """``{label: {depth: K}}``: for each group of records (one family, one run per depth), the largest K such
+    that the model of that depth has error at most ``threshold`` at every k = 1..K (0: not even k = 1)."""
+    out: dict[str, dict[int, int]] = {}
+    for label, recs in groups.items():
+        fams = {r.family for r in recs}
+        if len(fams) != 1:
+            raise ValueError(f"group {label!r} must hold one family, got {sorted(fams)}")
+        fam = fams.pop()
+        out[label] = {d: solved_up_to(recs, fam, d, threshold) for d in sorted({r.depth for r in recs})}
+    return out
+
+
+def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, threshold: float = THRESHOLD,
+               title: str = ""):
+    """The largest solved k against depth for each group of :func:`reach_table`, with the two exact
+    constructions for reference: one hop per layer (K = L, the depth-L ``hop_rnn``; Corollary 5.2's regime)
+    and pointer doubling (K = 2^(L-2), Theorem 4.2's ceil(log2 k) + 2 layers). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if not reach:
+        raise ValueError("reach must hold at least one group")
+    depths = sorted({d for row in reach.values() for d in row})
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    grid = np.arange(1, max(depths) + 1)
+    ax.plot(grid, grid, color="0.6", ls="--", lw=1, label="one hop per layer: K = L")
+    doubling = grid[grid >= 2]
+    ax.plot(doubling, 2.0 ** (doubling - 2), color="0.6", ls=":", lw=1.4, label="doubling: K = $2^{L-2}$")
+    markers = "osD^v<>"
+    for i, (label, row) in enumerate(reach.items()):
+        ax.plot(list(row), list(row.values()), marker=markers[i % len(markers)], lw=1.6, label=label)
+    ax.set_xlabel("depth L")
+    ax.set_ylabel(f"largest K solved\n(error ≤ {threshold} at k = 1..K)")
+    ax.set_ylim(-0.3, max_hops + 0.5)
+    ax.set_xticks(grid)
+    ax.legend(fontsize=9, loc="upper left")
+    if title:
+        ax.set_title(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.rnn",
                                 description="Train the RNN chapter's depth sweep (every family, depth and "
@@ -298,7 +341,7 @@ def main(argv: list[str] | None = None) -> Path:
     task = HopTask(seq_len=settings["seq_len"], alphabet_size=4, max_hops=settings["max_hops"])
     name = args.part + ("" if args.seed == 0 else f"_seed{args.seed}") + ".json"
     path = Path(args.out) / "rnn" / args.profile / name
-    params = {"chapter": "rnn", "part": "training", "profile": args.profile, "device": device,
+    params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device,
               "seed": args.seed, "alphabet_size": 4, "heads": HEADS, "batch_size": BATCH_SIZE, **extra, **settings}
     run = functools.partial(sweep, task, settings, seed=args.seed, device=device, workers=args.workers)
     return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
@@ -307,7 +350,7 @@ def main(argv: list[str] | None = None) -> Path:
 __all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PARTS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors",
            "best_lr", "check_constructions", "check_random_encodings", "jobs", "main", "observations",
            "plot_reduction_chain", "protocol_bit_row", "protocol_bit_rows", "rounds_or_long_messages", "sweep",
-           "train_grid", "train_point", "matched_settings"]
+           "train_grid", "train_point", "matched_settings", "plot_reach", "reach_table"]
 
 
 if __name__ == "__main__":
