@@ -490,3 +490,25 @@ def test_rnn_matched_settings_follow_the_training_grid_and_the_cli_stores_them_a
     params = json.loads(path.read_text())["parameters"]
     lbx.check_stored_settings(params, tiny, (*rnn_ex.TRAIN_KEYS, "grid"))
     assert params["part"] == "matched"
+
+
+def test_rnn_model_table_has_a_row_per_family_and_a_column_per_depth():
+    rows = [{"kind": kind, "depth": d, "params": 1000 * d, "lr": 3e-3, "k": 0, "error": 0.0}
+            for kind in ("transformer", "gru") for d in (1, 2)]
+    table = rnn_ex.model_table(rows)
+    text = str(table)
+    assert text.index("gru") < text.index("transformer") and "2k, lr 0.003" in text and "L=2" in text
+    with pytest.raises(ValueError):
+        rnn_ex.model_table([])
+
+
+def test_rnn_reach_summary_reads_the_doubling_and_the_one_hop_steps():
+    reach = {"GRU": {1: 2, 2: 3, 3: 4, 4: 5, 5: 5}, "transformer, seed 0": {2: 1, 3: 3, 4: 3, 5: 6},
+             "transformer, seed 1": {2: 1, 3: 3, 4: 6, 5: 6}}
+    seen = rnn_ex.reach_summary(reach)
+    assert seen == {"tf": {3: 3, 5: 6}, "tf_doubles": True, "steps": {"GRU": 1}, "behind_at_high": {"GRU": True}}
+    reach["GRU"][5] = 7
+    seen = rnn_ex.reach_summary(reach)
+    assert seen["steps"] == {"GRU": 2} and seen["behind_at_high"] == {"GRU": False}
+    with pytest.raises(ValueError, match="transformer"):
+        rnn_ex.reach_summary({"GRU": reach["GRU"]})

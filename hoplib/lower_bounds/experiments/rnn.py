@@ -20,12 +20,13 @@ import torch
 
 from hoplib._book.device import get_device
 from hoplib._book.pool import map_points, store_sweep
+from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
-from hoplib.lower_bounds.experiments import best_error, error_records, recall, solved_up_to
+from hoplib.lower_bounds.experiments import best_error, error_records, recall, solved_up_to, text_table
 from hoplib.report import ErrorRecord, error_table
 from hoplib.tasks import HopTask, hop
 
@@ -266,6 +267,18 @@ def best_errors(records: Sequence[ErrorRecord], k: int) -> dict[str, float]:
     return {kind: best_error(records, kind, k) for kind in KINDS if any(r.family == kind for r in records)}
 
 
+def model_table(records: Sequence[Mapping[str, Any]]) -> Table:
+    """Each model's parameter count and learning rate (after :func:`best_lr`): one row per family, one column
+    per depth, cells like ``"118k, lr 0.003"``."""
+    cell = {(r["kind"], int(r["depth"])): f"{r['params'] / 1000:.0f}k, lr {r['lr']:g}" for r in records}
+    if not cell:
+        raise ValueError("records must be a non-empty list of sweep records")
+    depths = sorted({d for _, d in cell})
+    kinds = [kind for kind in KINDS if any(key[0] == kind for key in cell)]
+    return text_table([{"parameters, learning rate": kind, **{f"L={d}": cell.get((kind, d), "-") for d in depths}}
+                       for kind in kinds])
+
+
 def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = THRESHOLD
                 ) -> dict[str, dict[int, int]]:
     """``{label: {depth: K}}``: for each group of records (one family, one run per depth), the largest K such
@@ -278,6 +291,23 @@ def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = 
         fam = fams.pop()
         out[label] = {d: solved_up_to(recs, fam, d, threshold) for d in sorted({r.depth for r in recs})}
     return out
+
+
+def reach_summary(reach: Mapping[str, Mapping[int, int]], low: int = 3, high: int = 5) -> dict[str, Any]:
+    """What the chapter asserts of a :func:`reach_table` with recurrent groups and ``"transformer, ..."``
+    groups (one per seed): ``tf`` the transformers' best reach over seeds at depths ``low`` and ``high``;
+    ``tf_doubles``, it at least doubles from ``low`` to ``high``; per recurrent group, ``steps`` the largest
+    gain in reach from one depth to the next, and ``behind_at_high``, its reach at ``high`` is below every
+    transformer seed's."""
+    tfs = {label: row for label, row in reach.items() if label.startswith("transformer")}
+    rec = {label: row for label, row in reach.items() if label not in tfs}
+    if not tfs or not rec:
+        raise ValueError("reach must hold transformer groups and recurrent groups")
+    tf = {d: max(row[d] for row in tfs.values()) for d in (low, high)}
+    worst_high = min(row[high] for row in tfs.values())
+    return {"tf": tf, "tf_doubles": tf[high] >= 2 * tf[low],
+            "steps": {label: max(row[d + 1] - row[d] for d in list(row)[:-1]) for label, row in rec.items()},
+            "behind_at_high": {label: row[high] < worst_high for label, row in rec.items()}}
 
 
 def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, threshold: float = THRESHOLD,
@@ -350,7 +380,7 @@ def main(argv: list[str] | None = None) -> Path:
 __all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PARTS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors",
            "best_lr", "check_constructions", "check_random_encodings", "jobs", "main", "observations",
            "plot_reduction_chain", "protocol_bit_row", "protocol_bit_rows", "rounds_or_long_messages", "sweep",
-           "train_grid", "train_point", "matched_settings", "plot_reach", "reach_table"]
+           "train_grid", "train_point", "matched_settings", "model_table", "plot_reach", "reach_summary", "reach_table"]
 
 
 if __name__ == "__main__":
