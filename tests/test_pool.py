@@ -46,3 +46,19 @@ def test_store_sweep_writes_once_and_keeps_finished_models_when_a_sweep_fails(tm
     partial = json.loads((tmp_path / "part" / "sweep.partial.json").read_text())
     assert partial["parameters"]["complete"] is False and partial["data"] == [{"m": 1}]
     assert json.loads(path.read_text())["data"] == [{"m": 1}, {"m": 2}]  # the complete file is untouched
+
+
+def test_run_options_are_shared_and_checked_before_any_work():
+    import argparse
+
+    from hoplib._book.pool import add_run_options, run_device
+
+    parser = argparse.ArgumentParser()
+    add_run_options(parser, seed_help="seed")
+    args = parser.parse_args(["--workers", "2", "--seed", "3"])
+    assert (args.workers, args.seed, args.device, args.overwrite) == (2, 3, "cpu", False)
+    assert run_device(args) == "cpu"
+    for bad, match in ((["--workers", "0"], "workers"), (["--seed", "-1"], "seed"),
+                       (["--device", "tpu"], "device")):
+        with pytest.raises(ValueError, match=match):
+            run_device(parser.parse_args(bad))

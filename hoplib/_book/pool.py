@@ -6,6 +6,7 @@ Used by the stored sweeps of the lower-bound chapters: each job is a picklable f
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -14,6 +15,28 @@ from pathlib import Path
 from typing import Any
 
 from hoplib._book.validate import check_int
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
+    """Add the options every stored-sweep command shares: ``--workers``, ``--seed``, ``--device`` and
+    ``--overwrite`` (validated by :func:`run_device`)."""
+    parser.add_argument("--workers", type=int, default=1, help="CPU worker processes, one thread each")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--overwrite", action="store_true")
+
+
+def run_device(args: argparse.Namespace) -> str:
+    """Check ``--workers`` and ``--seed`` of :func:`add_run_options` (``ValueError`` before any work) and return
+    the resolved device; several workers are for CPU runs only."""
+    from hoplib._book.device import get_device
+
+    check_int("workers", args.workers, low=1)
+    check_int("seed", args.seed, low=0, high=2**32 - 1)
+    device = str(get_device(args.device))
+    if args.workers > 1 and device != "cpu":
+        raise ValueError("--workers > 1 is for CPU runs")
+    return device
 
 
 def _one_thread() -> None:
@@ -68,4 +91,4 @@ def store_sweep(path: Path, params: dict[str, Any], sweep: Callable[..., list[di
     return out
 
 
-__all__ = ["map_points", "store_sweep"]
+__all__ = ["add_run_options", "map_points", "run_device", "store_sweep"]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from hoplib._book.device import get_device
-from hoplib._book.pool import map_points, store_sweep
+from hoplib._book.pool import add_run_options, map_points, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.validate import check_choice, check_int
 from hoplib.lower_bounds import gnn, graphs
@@ -315,14 +315,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--part", default="edge", choices=tuple(PARTS),
                    help="edge: edge labels only (edge_sweep.json); pair: edge and pair labels (pair_sweep.json)")
     p.add_argument("--out", required=True, help="results root; writes <out>/gnn/<profile>/<part>_sweep.json")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write <part>_sweep_seed<seed>.json")
+    add_run_options(p, seed_help="seeds other than 0 write <part>_sweep_seed<seed>.json")
     p.add_argument("--diameters", type=int, nargs="+", help="only these of the profile's diameters")
     p.add_argument("--depths", type=int, nargs="+", help="only these of the profile's depths")
     p.add_argument("--steps", type=int, help="train this many steps instead of the profile's (a control run; "
                                               "writes <part>_sweep[_seed<seed>]_steps<steps>.json)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--overwrite", action="store_true")
     return p.parse_args(argv)
 
 
@@ -330,11 +327,7 @@ def main(argv: list[str] | None = None) -> Path:
     """The command line: validate everything, then run :func:`edge_sweep` and write the results atomically
     (a ``.partial.json`` beside it holds the models finished so far, marked incomplete)."""
     args = _parse(argv)
-    check_int("workers", args.workers, low=1)
-    check_int("seed", args.seed, low=0, high=2**32 - 1)
-    device = str(get_device(args.device))
-    if args.workers > 1 and device != "cpu":
-        raise ValueError("--workers > 1 is for CPU runs")
+    device = run_device(args)
     settings = {key: PROFILES[args.profile][key] for key in (*PARTS[args.part], "threshold")}
     for option, suffix in (("diameters", "ds"), ("depths", "depths")):
         chosen, key = getattr(args, option), f"{args.part}_{suffix}"

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from hoplib._book.pool import map_points, store_sweep
+from hoplib._book.pool import add_run_options, map_points, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int
@@ -332,22 +332,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chapter", default="rnn", choices=tuple(PART_PROFILES))
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
     p.add_argument("--out", required=True, help="results root; writes <out>/<chapter>/<profile>/alphabet.json")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write alphabet_seed<seed>.json")
+    add_run_options(p, seed_help="seeds other than 0 write alphabet_seed<seed>.json")
     p.add_argument("--alphabets", type=int, nargs="+", help="only these of the profile's alphabet sizes")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--overwrite", action="store_true")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> Path:
     """The command line: validate everything, then run the sweep and write the results file atomically."""
-    from hoplib._book.device import get_device
-
     args = _parse(argv)
-    check_int("workers", args.workers, low=1)
-    check_int("seed", args.seed, low=0, high=2**32 - 1)
-    device = str(get_device(args.device))
+    device = run_device(args)
     settings = dict(PART_PROFILES[args.chapter][args.profile])
     if args.alphabets:
         unknown = sorted(set(args.alphabets) - set(settings["alphabets"]))

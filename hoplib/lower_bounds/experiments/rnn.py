@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hoplib._book.device import get_device
-from hoplib._book.pool import map_points, store_sweep
+from hoplib._book.pool import add_run_options, map_points, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int
@@ -348,10 +348,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="training: the chapter's depth sweep; matched: recurrent models at the training "
                         "chapter's task and recipe")
     p.add_argument("--out", required=True, help="results root; writes <out>/rnn/<profile>/<part>.json")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0, help="seeds other than 0 write training_seed<seed>.json")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--overwrite", action="store_true")
+    add_run_options(p, seed_help="seeds other than 0 write <part>_seed<seed>.json")
     return p.parse_args(argv)
 
 
@@ -359,11 +356,7 @@ def main(argv: list[str] | None = None) -> Path:
     """The command line: validate everything, then run :func:`sweep` and write the results file atomically
     (a ``.partial.json`` beside it holds the models finished so far, marked incomplete)."""
     args = _parse(argv)
-    check_int("workers", args.workers, low=1)
-    check_int("seed", args.seed, low=0, high=2**32 - 1)
-    device = str(get_device(args.device))
-    if args.workers > 1 and device != "cpu":
-        raise ValueError("--workers > 1 is for CPU runs")
+    device = run_device(args)
     profile = PROFILES[args.profile]
     extra = {} if args.part == "training" else {"grid": profile["matched"]["grid"]}
     settings = {key: (profile if args.part == "training" else profile["matched"])[key] for key in TRAIN_KEYS}
