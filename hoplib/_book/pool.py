@@ -87,7 +87,7 @@ def store_sweep(path: Path, params: dict[str, Any], sweep: Callable[..., list[di
     rows = sweep(on_model=lambda done: save_results(partial, done, {**params, "complete": False}, device))
     out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
     partial.unlink(missing_ok=True)
-    print(f"wrote {out} ({len(rows)} models, {time.perf_counter() - t0:.0f} s)")
+    print(f"wrote {out} ({len(rows)} records, {time.perf_counter() - t0:.0f} s)")
     return out
 
 
