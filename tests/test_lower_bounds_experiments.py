@@ -512,3 +512,25 @@ def test_rnn_reach_summary_reads_the_doubling_and_the_one_hop_steps():
     assert seen["steps"] == {"GRU": 2} and seen["behind_at_high"] == {"GRU": False}
     with pytest.raises(ValueError, match="transformer"):
         rnn_ex.reach_summary({"GRU": reach["GRU"]})
+
+
+def test_run_sweep_and_the_rnn_sweep_measure_a_point_alike():
+    from hoplib.lower_bounds import rnn
+    from hoplib.lower_bounds.sweep import run_sweep
+    from hoplib.train import TrainConfig
+
+    task = HopTask(seq_len=10, alphabet_size=4, max_hops=2)
+    settings = {**RNN_TINY, "kinds": ["gru"], "lrs": [3e-3]}
+    config = TrainConfig(steps=3, batch_size=rnn_ex.BATCH_SIZE, lr=3e-3, warmup_steps=1, seed=2)
+    direct = run_sweep(task, [{"kind": "gru", "d_model": 8, "depth": 1}], rnn._build(task, rnn_ex.HEADS), config,
+                       n_samples=8, device="cpu", progress=False)
+    via = rnn_ex.sweep(task, settings, seed=2, device="cpu")
+    assert [r["error"] for r in via] == [r["error"] for r in direct]
+
+
+def test_rnn_settings_text_states_a_sweep_in_words():
+    text = rnn_ex.settings_text(rnn_ex.PROFILES["cpu"])
+    assert text == "width 64, depths 1 to 4, N = 32, k ≤ 4, 4,000 steps, learning rates 0.001 and 0.003"
+    assert rnn_ex.settings_text(rnn_ex.PROFILES["cpu"]["matched"]).endswith("learning rate 0.002")
+    with pytest.raises(ValueError, match="settings lack"):
+        rnn_ex.settings_text({"lrs": [1e-3]})

@@ -62,3 +62,13 @@ def test_run_options_are_shared_and_checked_before_any_work():
                        (["--device", "tpu"], "device")):
         with pytest.raises(ValueError, match=match):
             run_device(parser.parse_args(bad))
+
+
+def test_learning_rate_lists_are_checked_in_one_place():
+    from hoplib._book.validate import check_rates
+
+    assert check_rates("lrs", (1e-3, 3e-3)) == [1e-3, 3e-3]
+    for bad, error in ((3e-3, TypeError), ("0.1", TypeError), ([], ValueError), ([0.0], ValueError),
+                       ([1], ValueError), ([True], ValueError)):
+        with pytest.raises(error, match="lrs"):
+            check_rates("lrs", bad)

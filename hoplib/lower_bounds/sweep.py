@@ -13,6 +13,7 @@ results files; :func:`hoplib.lower_bounds.experiments.error_records` turns them 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -70,12 +71,23 @@ def run_sweep(task: HopTask, grid: Sequence[dict[str, Any]], build: Builder, con
         points = grid
     records: list[dict[str, Any]] = []
     for i, point in enumerate(points):
-        torch.manual_seed(config.seed + i)
-        model, extra = build(point)
-        out = train_and_measure(model, task, config, n_samples=n_samples, device=device)
-        for k, err in out["errors"].items():
-            records.append({**point, **extra, "params": out["params"], "k": k, "error": err,
-                            "final_loss": out["final_loss"], "train_time_s": out["train_time_s"]})
+        records += measure_point(i, point, task, build, config, n_samples=n_samples, device=device)
         if on_model is not None:
             on_model(records)
     return records
+
+
+def measure_point(index: int, point: dict[str, Any], task: HopTask, build: Builder, config: TrainConfig, *,
+                  n_samples: int, device: str | torch.device = "auto") -> list[dict[str, Any]]:
+    """Build, train and measure the model of one grid point; its records, one per k (see :func:`run_sweep`).
+
+    torch is seeded with ``config.seed + index`` before the model is built, so a point's result depends on its
+    place in the grid only, not on the process that trains it; a point's ``"lr"``, if any, replaces
+    ``config.lr`` (a learning-rate sweep)."""
+    torch.manual_seed(config.seed + index)
+    model, extra = build(point)
+    if "lr" in point:
+        config = dataclasses.replace(config, lr=point["lr"])
+    out = train_and_measure(model, task, config, n_samples=n_samples, device=device)
+    return [{**point, **extra, "params": out["params"], "k": k, "error": err, "final_loss": out["final_loss"],
+             "train_time_s": out["train_time_s"]} for k, err in out["errors"].items()]

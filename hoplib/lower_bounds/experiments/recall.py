@@ -37,7 +37,7 @@ import torch
 from hoplib._book.pool import add_run_options, map_points, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
-from hoplib._book.validate import check_choice, check_int
+from hoplib._book.validate import check_choice, check_int, check_rates
 from hoplib.lower_bounds.rnn import KINDS as RECURRENT_KINDS
 from hoplib.lower_bounds.rnn import recurrent_model
 from hoplib.tasks import HopTask
@@ -109,9 +109,7 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
             check_int("global_every", out["global_every"], low=1)
     for w in out["widths"]:
         check_int("widths[i]", w, low=1)
-    for lr in out["lrs"]:
-        if not isinstance(lr, (int, float)) or not 0 < lr < 1:
-            raise ValueError(f"lrs must be numbers in (0, 1), got {lr!r}")
+    check_rates("lrs", out["lrs"])
     for key in ("depth", "steps", "batch_size", "heads", "n_samples"):
         check_int(key, out[key], low=1)
     check_int("warmup_steps", out["warmup_steps"], low=0)

@@ -22,7 +22,7 @@ from hoplib._book.device import get_device
 from hoplib._book.pool import add_run_options, map_points, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
-from hoplib._book.validate import check_choice, check_int
+from hoplib._book.validate import check_choice, check_int, check_rates
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
@@ -37,7 +37,6 @@ HEADS = 4  # attention heads of the transformers
 BATCH_SIZE = 32
 THRESHOLD = 0.1  # "solved": test error at most this
 PROTOCOLS = ("k_rounds", "one_round", "hop_rnn", "prefix_rnn")
-
 
 
 def matched_settings(grid: str, kinds: Sequence[str], depths: Sequence[int]) -> dict[str, Any]:
@@ -171,51 +170,43 @@ def train_grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
         raise ValueError(f"settings lack {missing}")
     for kind in settings["kinds"]:
         check_choice("kinds[i]", kind, KINDS)
-    for lr in settings["lrs"]:
-        if not isinstance(lr, (int, float)) or not 0 < lr < 1:
-            raise ValueError(f"lrs must be numbers in (0, 1), got {lr!r}")
     return [{"kind": kind, "d_model": check_int("widths[i]", w, low=1), "depth": check_int("depths[i]", d, low=1),
-             "lr": float(lr)} for kind in settings["kinds"] for w in settings["widths"]
-            for d in settings["depths"] for lr in settings["lrs"]]
+             "lr": lr} for kind in settings["kinds"] for w in settings["widths"]
+            for d in settings["depths"] for lr in check_rates("lrs", settings["lrs"])]
 
 
 def train_point(index: int, point: Mapping[str, Any], task: HopTask, settings: Mapping[str, Any], *,
                 seed: int = 0, device: str = "cpu") -> dict[str, Any]:
-    """Train the model of one grid point on multi-task hop_k (:func:`hoplib.train.fit`, batch 32, the point's
-    learning rate) and measure its error for every k (the paper's metric). torch is seeded with
-    ``seed + index`` before the model is built, so a point's result does not depend on the worker."""
-    from hoplib.lower_bounds.sweep import train_and_measure
+    """Train the model of one grid point on multi-task hop_k (batch 32, the point's learning rate) and measure
+    its error for every k, by :func:`hoplib.lower_bounds.sweep.measure_point` (torch seeded with
+    ``seed + index``, so a point's result does not depend on the worker); ``{"records": one per k}``."""
+    from hoplib.lower_bounds.sweep import measure_point
     from hoplib.train import TrainConfig
 
-    torch.manual_seed(seed + index)
-    model, extra = rnn._build(task, HEADS)(dict(point))
     config = TrainConfig(steps=settings["steps"], batch_size=BATCH_SIZE, lr=point["lr"],
                          warmup_steps=settings["warmup_steps"], seed=seed)
-    out = train_and_measure(model, task, config, n_samples=settings["n_samples"], device=device)
-    return {**point, **extra, "params": out["params"], "errors": out["errors"], "final_loss": out["final_loss"],
-            "train_time_s": out["train_time_s"]}
+    return {"records": measure_point(index, dict(point), task, rnn._build(task, HEADS), config,
+                                     n_samples=settings["n_samples"], device=device)}
 
 
-def _tidy(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One record per (model, k), as the depth report reads them."""
-    return [{**{key: v for key, v in r.items() if key != "errors"}, "k": int(k), "error": float(e)}
-            for r in results for k, e in r["errors"].items()]
+def _flat(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [r for result in results for r in result["records"]]
 
 
 def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "auto",
           workers: int = 1, on_model: Callable[[list[dict[str, Any]]], None] | None = None
           ) -> list[dict[str, Any]]:
     """Train every point of :func:`train_grid` (``workers`` processes of one thread each on CPU) on ``task``
-    and return tidy records ``{"kind", "d_model", "depth", "lr", "state_bits", "params", "final_loss",
-    "train_time_s", "k", "error"}``, one per model and k (``state_bits`` is 0 for transformers); :func:`best_lr`
+    and return tidy records ``{"kind", "d_model", "depth", "lr", "state_bits", "params", "k", "error",
+    "final_loss", "train_time_s"}``, one per model and k (``state_bits`` is 0 for transformers); :func:`best_lr`
     keeps the better learning rate of each model. ``on_model`` is called with the records finished so far."""
     points = train_grid(settings)
     if not isinstance(task, HopTask):
         raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
-    job = functools.partial(train_point, task=task, settings=dict(settings), seed=seed,
-                            device=str(get_device(device)))
-    done = None if on_model is None else (lambda results: on_model(_tidy(results)))
-    return _tidy(map_points(job, points, workers=workers, device=str(get_device(device)), on_result=done))
+    device = str(get_device(device))
+    job = functools.partial(train_point, task=task, settings=dict(settings), seed=seed, device=device)
+    done = None if on_model is None else (lambda results: on_model(_flat(results)))
+    return _flat(map_points(job, points, workers=workers, device=device, on_result=done))
 
 
 def best_lr(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -225,6 +216,7 @@ def best_lr(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in records:
         key = (r["kind"], r.get("d_model"), r["depth"])
         groups.setdefault(key, {}).setdefault(r.get("lr"), []).append(r)
+
     def mean_error(rows: list[Mapping[str, Any]]) -> float:
         errs = [r["error"] for r in rows if r["k"] >= 1]
         return sum(errs) / max(len(errs), 1)
@@ -265,6 +257,17 @@ def observations(records: Sequence[ErrorRecord], threshold: float = THRESHOLD) -
 def best_errors(records: Sequence[ErrorRecord], k: int) -> dict[str, float]:
     """The lowest error at ``k`` over depths and widths, per architecture."""
     return {kind: best_error(records, kind, k) for kind in KINDS if any(r.family == kind for r in records)}
+
+
+def settings_text(settings: Mapping[str, Any]) -> str:
+    """A depth sweep's settings (``TRAIN_KEYS``) in words, for the chapter's prose, e.g. ``"width 64, depths 1
+    to 4, N = 32, k ≤ 4, 4,000 steps, learning rates 0.001 and 0.003"``."""
+    train_grid(settings)  # validates
+    rates = " and ".join(f"{lr:g}" for lr in settings["lrs"])
+    widths = " and ".join(str(w) for w in settings["widths"])
+    return (f"width {widths}, depths {min(settings['depths'])} to {max(settings['depths'])}, "
+            f"N = {settings['seq_len']}, k ≤ {settings['max_hops']}, {settings['steps']:,} steps, "
+            f"learning rate{'s' if len(settings['lrs']) > 1 else ''} {rates}")
 
 
 def model_table(records: Sequence[Mapping[str, Any]]) -> Table:
@@ -357,9 +360,9 @@ def main(argv: list[str] | None = None) -> Path:
     (a ``.partial.json`` beside it holds the models finished so far, marked incomplete)."""
     args = _parse(argv)
     device = run_device(args)
-    profile = PROFILES[args.profile]
-    extra = {} if args.part == "training" else {"grid": profile["matched"]["grid"]}
-    settings = {key: (profile if args.part == "training" else profile["matched"])[key] for key in TRAIN_KEYS}
+    source = PROFILES[args.profile] if args.part == "training" else PROFILES[args.profile]["matched"]
+    settings = {key: source[key] for key in TRAIN_KEYS}
+    extra = {"grid": source["grid"]} if "grid" in source else {}
     train_grid(settings)
     task = HopTask(seq_len=settings["seq_len"], alphabet_size=4, max_hops=settings["max_hops"])
     name = args.part + ("" if args.seed == 0 else f"_seed{args.seed}") + ".json"
@@ -370,10 +373,11 @@ def main(argv: list[str] | None = None) -> Path:
     return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
 
 
-__all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PARTS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS", "best_errors",
-           "best_lr", "check_constructions", "check_random_encodings", "jobs", "main", "observations",
-           "plot_reduction_chain", "protocol_bit_row", "protocol_bit_rows", "rounds_or_long_messages", "sweep",
-           "train_grid", "train_point", "matched_settings", "model_table", "plot_reach", "reach_summary", "reach_table"]
+__all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PARTS", "PROFILES", "PROTOCOLS", "THRESHOLD", "TRAIN_KEYS",
+           "best_errors", "best_lr", "check_constructions", "check_random_encodings", "jobs", "main",
+           "matched_settings", "model_table", "observations", "plot_reach", "plot_reduction_chain",
+           "protocol_bit_row", "protocol_bit_rows", "reach_summary", "reach_table", "rounds_or_long_messages",
+           "settings_text", "sweep", "train_grid", "train_point"]
 
 
 if __name__ == "__main__":
