@@ -91,3 +91,82 @@ def measure_point(index: int, point: dict[str, Any], task: HopTask, build: Build
     out = train_and_measure(model, task, config, n_samples=n_samples, device=device)
     return [{**point, **extra, "params": out["params"], "k": k, "error": err, "final_loss": out["final_loss"],
              "train_time_s": out["train_time_s"]} for k, err in out["errors"].items()]
+
+
+# --------------------------------------------------------------------------- stored sweeps, in parallel
+
+BATCH_SIZE = 32  # the batch of every stored depth sweep of the lower-bound chapters
+
+
+def train_point(index: int, point: dict[str, Any], task: HopTask, settings: dict[str, Any], *,
+                make_build: Callable[[HopTask], Builder], seed: int = 0, device: str = "cpu") -> dict[str, Any]:
+    """One grid point of a stored sweep, trained on multi-task hop_k (batch :data:`BATCH_SIZE`, the point's
+    learning rate, ``settings``' steps, warm-up and test samples) and measured by :func:`measure_point`;
+    ``{"records": one per k}``. ``make_build(task)`` gives the builder (a picklable factory, so that worker
+    processes can run this)."""
+    config = TrainConfig(steps=settings["steps"], batch_size=BATCH_SIZE, lr=point["lr"],
+                         warmup_steps=settings["warmup_steps"], seed=seed)
+    return {"records": measure_point(index, dict(point), task, make_build(task), config,
+                                     n_samples=settings["n_samples"], device=device)}
+
+
+def sweep_points(task: HopTask, points: Sequence[dict[str, Any]], settings: dict[str, Any],
+                 make_build: Callable[[HopTask], Builder], *, seed: int = 0, device: str | torch.device = "auto",
+                 workers: int = 1, on_model: Callable[[list[dict[str, Any]]], None] | None = None
+                 ) -> list[dict[str, Any]]:
+    """:func:`train_point` for every point (each with its ``"lr"``), in ``workers`` processes of one thread
+    each on a CPU (:func:`hoplib._book.pool.map_points`; a point's result does not depend on the worker), and
+    the tidy records of all of them, one per model and k. ``on_model`` is called with the records so far."""
+    import functools
+
+    from hoplib._book.device import get_device
+    from hoplib._book.pool import map_points
+
+    if not isinstance(task, HopTask):
+        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
+    missing = [key for key in ("steps", "warmup_steps", "n_samples") if key not in settings]
+    if missing or any("lr" not in p for p in points):
+        raise ValueError(f"settings lack {missing}" if missing else "every point needs an 'lr'")
+    device = str(get_device(device))
+    job = functools.partial(train_point, task=task, settings=dict(settings), make_build=make_build, seed=seed,
+                            device=device)
+
+    def flat(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for result in results for r in result["records"]]
+
+    done = None if on_model is None else (lambda results: on_model(flat(results)))
+    return flat(map_points(job, points, workers=workers, device=device, on_result=done))
+
+
+def best_lr(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the better learning rate of each (kind, width, depth): the one with the lowest mean error
+    over k >= 1 (the first listed on a tie); records without ``lr`` (a run with one rate) pass through. Every
+    family of a stored sweep gets the same rates, so each gets the same tuning effort."""
+    groups: dict[tuple, dict[float, list[dict[str, Any]]]] = {}
+    for r in records:
+        key = (r["kind"], r.get("d_model"), r["depth"])
+        groups.setdefault(key, {}).setdefault(r.get("lr"), []).append(r)
+
+    def mean_error(rows: list[dict[str, Any]]) -> float:
+        errs = [r["error"] for r in rows if r["k"] >= 1]
+        return sum(errs) / max(len(errs), 1)
+
+    out: list[dict[str, Any]] = []
+    for by_lr in groups.values():
+        out += [dict(r) for r in min(by_lr.values(), key=mean_error)]
+    return out
+
+
+def matched_settings(grid: str, kinds: Sequence[str], depths: Sequence[int]) -> dict[str, Any]:
+    """Sweep settings with the task and the training recipe of the training chapter's grid ``grid``
+    (:data:`hoplib.training.sweep.GRIDS`: N, k, steps, learning rate, warm-up, width, heads, test samples),
+    for ``kinds`` at ``depths``: models trained with them compare with that grid's stored transformers at
+    equal tuning effort (one learning rate, the transformers'), and the two runs cannot drift apart."""
+    from hoplib._book.validate import check_choice
+    from hoplib.training.sweep import GRIDS
+
+    g = GRIDS[check_choice("grid", grid, tuple(GRIDS))]
+    s = g.settings
+    return {"seq_len": s["seq_len"], "max_hops": s["max_hops"], "kinds": list(kinds), "depths": list(depths),
+            "widths": [g.widths[0][0]], "heads": g.widths[0][1], "steps": s["steps"], "lrs": [s["lr"]],
+            "warmup_steps": s["warmup_steps"], "n_samples": s["eval_samples"], "grid": grid}

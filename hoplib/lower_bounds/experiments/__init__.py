@@ -9,7 +9,8 @@ the paper): one module per chapter, each with its ``PROFILES`` (the settings of 
 * :mod:`.closing`: the table that sets all of them side by side.
 
 This module holds what they share: reading a stored run's settings, checking them against a profile, turning
-sweep rows into :class:`hoplib.report.ErrorRecord` and printing small tables.
+sweep rows into :class:`hoplib.report.ErrorRecord`, printing small tables, and the reach of a depth sweep
+(the largest k solved at each depth) against the training chapter's transformers.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from hoplib._book.tables import Table, html_table
 from hoplib.report import ErrorRecord, error_table, smallest_depth
+
+THRESHOLD = 0.1  # "solved": test error at most this, in the reach of a depth sweep
 
 
 def part_settings(parameters: Mapping[str, Any], part: str | None = None) -> dict[str, Any]:
@@ -191,6 +196,67 @@ def plot_families(records: Sequence[ErrorRecord], order: Sequence[str] = (), *, 
     return fig
 
 
-__all__ = ["Table", "best_error", "check_stored_settings", "depth_needed", "depth_text", "error_records",
-           "error_text", "families", "html_table", "part_settings", "plot_families", "settings_mismatch",
-           "solved_up_to", "text_table"]
+def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = THRESHOLD
+                ) -> dict[str, dict[int, int]]:
+    """``{label: {depth: K}}``: for each group of records (one family, one run per depth), the largest K such
+    that the model of that depth has error at most ``threshold`` at every k = 1..K (0: not even k = 1)."""
+    out: dict[str, dict[int, int]] = {}
+    for label, recs in groups.items():
+        fams = {r.family for r in recs}
+        if len(fams) != 1:
+            raise ValueError(f"group {label!r} must hold one family, got {sorted(fams)}")
+        fam = fams.pop()
+        out[label] = {d: solved_up_to(recs, fam, d, threshold) for d in sorted({r.depth for r in recs})}
+    return out
+
+
+def reach_summary(reach: Mapping[str, Mapping[int, int]], low: int = 3, high: int = 5, *,
+                  reference: str = "transformer") -> dict[str, Any]:
+    """What a chapter asserts of a :func:`reach_table` with reference groups (labels starting with
+    ``reference``, the training chapter's softmax transformers, one per seed) and compared groups: ``tf`` the
+    reference's best reach over seeds at depths ``low`` and ``high``; ``tf_doubles``, it at least doubles from
+    ``low`` to ``high`` (Theorem 4.2's doubling); per compared group, ``steps`` the largest gain in reach from
+    one depth to the next, and ``behind_at_high``, its reach at ``high`` is below every reference seed's."""
+    tfs = {label: row for label, row in reach.items() if label.startswith(reference)}
+    rec = {label: row for label, row in reach.items() if label not in tfs}
+    if not tfs or not rec:
+        raise ValueError(f"reach must hold {reference} groups and other groups")
+    tf = {d: max(row[d] for row in tfs.values()) for d in (low, high)}
+    worst_high = min(row[high] for row in tfs.values())
+    return {"tf": tf, "tf_doubles": tf[high] >= 2 * tf[low],
+            "steps": {label: max(row[d + 1] - row[d] for d in list(row)[:-1]) for label, row in rec.items()},
+            "behind_at_high": {label: row[high] < worst_high for label, row in rec.items()}}
+
+
+def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, threshold: float = THRESHOLD,
+               title: str = ""):
+    """The largest solved k against depth for each group of :func:`reach_table`, with the two exact
+    constructions for reference: one hop per layer (K = L, the depth-L ``hop_rnn``; Corollary 5.2's regime)
+    and pointer doubling (K = 2^(L-2), Theorem 4.2's ceil(log2 k) + 2 layers). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if not reach:
+        raise ValueError("reach must hold at least one group")
+    depths = sorted({d for row in reach.values() for d in row})
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    grid = np.arange(1, max(depths) + 1)
+    ax.plot(grid, grid, color="0.6", ls="--", lw=1, label="one hop per layer: K = L")
+    doubling = grid[grid >= 2]
+    ax.plot(doubling, 2.0 ** (doubling - 2), color="0.6", ls=":", lw=1.4, label="doubling: K = $2^{L-2}$")
+    markers = "osD^v<>"
+    for i, (label, row) in enumerate(reach.items()):
+        ax.plot(list(row), list(row.values()), marker=markers[i % len(markers)], lw=1.6, label=label)
+    ax.set_xlabel("depth L")
+    ax.set_ylabel(f"largest K solved\n(error ≤ {threshold} at k = 1..K)")
+    ax.set_ylim(-0.3, max_hops + 0.5)
+    ax.set_xticks(grid)
+    ax.legend(fontsize=9, loc="upper left")
+    if title:
+        ax.set_title(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["THRESHOLD", "Table", "best_error", "check_stored_settings", "depth_needed", "depth_text", "error_records",
+           "error_text", "families", "html_table", "part_settings", "plot_families", "plot_reach", "reach_summary",
+           "reach_table", "settings_mismatch", "solved_up_to", "text_table"]

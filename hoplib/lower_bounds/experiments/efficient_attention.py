@@ -1,18 +1,28 @@
 """The measurements of the chapter on efficient attention (Corollaries 5.3 and 5.4 of the paper): FAVOR+
-against softmax attention, the Performer and Longformer reductions on the inputs of Proposition E.4, and the
-training sweep of the three attention types with what its stored run shows."""
+against softmax attention, the Performer and Longformer reductions on the inputs of Proposition E.4, the
+training sweep of the three attention types with what its stored run shows, and the matched sweep: Performer
+and Longformer models trained on the training chapter's task with its transformers' recipe
+(:func:`matched_sweep`), stored with
+``python -m hoplib.lower_bounds.experiments.efficient_attention --profile cpu --workers 2 --out results``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import argparse
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from hoplib._book.pool import add_run_options, run_device, store_sweep
 from hoplib._book.timing import Job
+from hoplib._book.validate import check_choice, check_int, check_rates
 from hoplib.lower_bounds import efficient as eff
 from hoplib.lower_bounds.experiments import best_error, recall, solved_up_to
+from hoplib.lower_bounds.sweep import BATCH_SIZE, matched_settings, sweep_points
 from hoplib.report import ErrorRecord
 from hoplib.tasks import HopTask
 
@@ -21,7 +31,21 @@ TRAIN_KEYS = ("seq_len", "max_hops", "depths", "d_model", "heads", "n_features",
               "steps", "lr", "warmup_steps", "n_samples")
 REDUCTION_COLUMNS = ("kind", "k", "q", "N", "bits", "formula_bits", "message_bits", "paper_scale", "N/k^6",
                      "max_abs_diff")
+MATCHED_KEYS = ("seq_len", "max_hops", "kinds", "depths", "widths", "heads", "n_features", "window",
+                "global_every", "steps", "lrs", "warmup_steps", "n_samples")
+PARTS = ("matched",)  # the stored sweeps of this module's command: results/efficient_attention/<profile>/<part>.json
 _REDUCTION = {"red_depth": 2, "red_width": 16, "red_heads": 2, "red_features": 8, "red_window": 3, "red_global": 8}
+
+
+
+def _matched(grid: str, depths: Sequence[int], profile: str) -> dict[str, Any]:
+    """The matched sweep: Performer and Longformer at the training chapter's grid ``grid`` (task and recipe,
+    :func:`hoplib.lower_bounds.sweep.matched_settings`), with the features and window of the alphabet sweep
+    of ``profile`` (Longformer without global positions, so that its reach is the window's)."""
+    a = recall.ATTENTION_PROFILES[profile]
+    return {**matched_settings(grid, ["performer", "longformer"], depths), "n_features": a["n_features"],
+            "window": a["window"], "global_every": a["global_every"]}
+
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {"favor_ms": [4, 16, 64, 256, 1024, 4096], "favor_draws": 3,
@@ -29,19 +53,20 @@ PROFILES: dict[str, dict[str, Any]] = {
               "seq_len": 12, "max_hops": 2, "depths": [1, 2], "d_model": 32, "heads": 2, "n_features": 16,
               "window": 2, "global_every": 8, "steps": 40, "lr": 0.003, "warmup_steps": 5, "n_samples": 30,
               "threshold": 0.1,
-            "alphabet": recall.ATTENTION_PROFILES["quick"]},
+            "alphabet": recall.ATTENTION_PROFILES["quick"], "matched": _matched("quick", [1, 2], "quick")},
     "cpu": {"favor_ms": [4, 16, 64, 256, 1024, 4096, 16384], "favor_draws": 10,
             "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8), (4, 16), (6, 16)], **_REDUCTION,
             "seq_len": 16, "max_hops": 3, "depths": [2, 3], "d_model": 32, "heads": 2, "n_features": 16,
             "window": 2, "global_every": 8, "steps": 2000, "lr": 0.003, "warmup_steps": 100, "n_samples": 100,
             "threshold": 0.1,
-          "alphabet": recall.ATTENTION_PROFILES["cpu"]},
+          "alphabet": recall.ATTENTION_PROFILES["cpu"], "matched": _matched("medium", [2, 3, 4, 5, 6], "cpu")},
     "paper": {"favor_ms": [4, 16, 64, 256, 1024, 4096, 16384], "favor_draws": 10,
               "bit_table": [(2, 3), (3, 4), (4, 4), (4, 8), (4, 16), (6, 16), (8, 32)], **_REDUCTION,
               "seq_len": 100, "max_hops": 16, "depths": [2, 3, 4, 5, 6], "d_model": 128, "heads": 4,
               "n_features": 32, "window": 8, "global_every": 25, "steps": 20000, "lr": 0.001,
               "warmup_steps": 1000, "n_samples": 100, "threshold": 0.1,
-            "alphabet": recall.ATTENTION_PROFILES["paper"]},
+            "alphabet": recall.ATTENTION_PROFILES["paper"],
+              "matched": _matched("paper", [2, 3, 4, 5, 6, 7, 8], "paper")},
 }
 
 
@@ -124,5 +149,68 @@ def summary_rows(found: Mapping[str, Any]) -> list[dict[str, Any]]:
             for kind in found["solved"]]
 
 
-__all__ = ["KINDS", "PROFILES", "REDUCTION_COLUMNS", "TRAIN_KEYS", "favor_summary", "jobs", "reduction_rows",
-           "reductions_exact", "summary", "summary_rows", "sweep"]
+def matched_grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The matched sweep's points (kind, width, depth, learning rate), in that order of nesting."""
+    missing = [key for key in MATCHED_KEYS if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    return [{"kind": check_choice("kinds[i]", kind, KINDS), "d_model": check_int("widths[i]", w, low=1),
+             "depth": check_int("depths[i]", d, low=1), "lr": lr} for kind in settings["kinds"]
+            for w in settings["widths"] for d in settings["depths"] for lr in check_rates("lrs", settings["lrs"])]
+
+
+def matched_sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0,
+                  device: str | torch.device = "auto", workers: int = 1,
+                  on_model: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Train every point of :func:`matched_grid` on ``task`` (``workers`` processes of one thread each on a
+    CPU, :func:`hoplib.lower_bounds.sweep.sweep_points`) and return tidy records ``{"kind", "d_model",
+    "depth", "lr", "heads", "n_features", "window", "global_every", "params", "k", "error", "final_loss",
+    "train_time_s"}``, one per model and k."""
+    points = matched_grid(settings)
+    make_build = functools.partial(eff._build, heads=check_int("heads", settings["heads"], low=1),
+                                   n_features=settings["n_features"], window=settings["window"],
+                                   global_every=settings["global_every"])
+    return sweep_points(task, points, dict(settings), make_build, seed=seed, device=device, workers=workers,
+                        on_model=on_model)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.efficient_attention",
+                                description="Train the efficient-attention chapter's matched sweep (Performer "
+                                            "and Longformer at the training chapter's task and recipe) and "
+                                            "store it.")
+    p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
+    p.add_argument("--part", default="matched", choices=PARTS)
+    p.add_argument("--out", required=True,
+                   help="results root; writes <out>/efficient_attention/<profile>/<part>.json")
+    add_run_options(p, seed_help="seeds other than 0 write <part>_seed<seed>.json")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """The command line: validate everything, then run :func:`matched_sweep` and write the results file
+    atomically (a ``.partial.json`` beside it holds the models finished so far, marked incomplete)."""
+    args = _parse(argv)
+    device = run_device(args)
+    source = PROFILES[args.profile][args.part]
+    settings = {key: source[key] for key in MATCHED_KEYS}
+    matched_grid(settings)
+    task = HopTask(seq_len=settings["seq_len"], alphabet_size=4, max_hops=settings["max_hops"])
+    name = args.part + ("" if args.seed == 0 else f"_seed{args.seed}") + ".json"
+    path = Path(args.out) / "efficient_attention" / args.profile / name
+    params = {"chapter": "efficient_attention", "part": args.part, "profile": args.profile, "device": device,
+              "seed": args.seed, "alphabet_size": 4, "batch_size": BATCH_SIZE, "grid": source["grid"],
+              **settings}
+    run = functools.partial(matched_sweep, task, settings, seed=args.seed, device=device, workers=args.workers)
+    return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
+
+
+__all__ = ["KINDS", "MATCHED_KEYS", "PARTS", "PROFILES", "REDUCTION_COLUMNS", "TRAIN_KEYS", "favor_summary", "jobs",
+           "main", "matched_grid", "matched_sweep", "reduction_rows", "reductions_exact", "summary", "summary_rows",
+           "sweep"]
+
+
+if __name__ == "__main__":
+    from hoplib._book.cli import run_cli
+
+    raise SystemExit(run_cli(main))

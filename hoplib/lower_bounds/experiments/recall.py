@@ -38,6 +38,7 @@ from hoplib._book.pool import add_run_options, map_points, run_device, store_swe
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int, check_rates
+from hoplib.lower_bounds.experiments import THRESHOLD
 from hoplib.lower_bounds.rnn import KINDS as RECURRENT_KINDS
 from hoplib.lower_bounds.rnn import recurrent_model
 from hoplib.tasks import HopTask
@@ -47,7 +48,6 @@ KINDS = (*RECURRENT_KINDS, "transformer", *ATTENTION_KINDS[1:])
 """Families: the recurrent kinds, ``"transformer"`` (softmax attention; ``"softmax"`` is the same model under
 the efficient-attention chapter's name) and the two efficient attentions of Corollaries 5.3 and 5.4."""
 _ORDER = (*KINDS[:4], "softmax", *KINDS[4:])  # the order of families in tables and figures
-THRESHOLD = 0.1  # "solved": test error at most this
 KEYS = ("alphabets", "kinds", "depth", "widths", "lrs", "steps", "batch_size", "warmup_steps", "heads",
         "n_samples")
 ATTENTION_KEYS = ("n_features", "window", "global_every")

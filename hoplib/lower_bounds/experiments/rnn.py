@@ -18,15 +18,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from hoplib._book.device import get_device
-from hoplib._book.pool import add_run_options, map_points, run_device, store_sweep
+from hoplib._book.pool import add_run_options, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int, check_rates
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
-from hoplib.lower_bounds.experiments import best_error, error_records, recall, solved_up_to, text_table
+from hoplib.lower_bounds.experiments import (
+    THRESHOLD,
+    best_error,
+    error_records,
+    plot_reach,
+    reach_summary,
+    reach_table,
+    recall,
+    text_table,
+)
+from hoplib.lower_bounds.sweep import BATCH_SIZE, best_lr, matched_settings, sweep_points
 from hoplib.report import ErrorRecord, error_table
 from hoplib.tasks import HopTask, hop
 
@@ -34,23 +43,7 @@ KINDS = ("gru", "lstm", "mamba", "transformer")
 TRAIN_KEYS = ("seq_len", "max_hops", "kinds", "depths", "widths", "steps", "lrs", "warmup_steps", "n_samples")
 PARTS = ("training", "matched")  # the stored depth sweeps: results/rnn/<profile>/<part>.json
 HEADS = 4  # attention heads of the transformers
-BATCH_SIZE = 32
-THRESHOLD = 0.1  # "solved": test error at most this
 PROTOCOLS = ("k_rounds", "one_round", "hop_rnn", "prefix_rnn")
-
-
-def matched_settings(grid: str, kinds: Sequence[str], depths: Sequence[int]) -> dict[str, Any]:
-    """Depth-sweep settings (``TRAIN_KEYS``) with the task and the training recipe of the training chapter's
-    grid ``grid`` (:data:`hoplib.training.sweep.GRIDS`: N, k, steps, learning rate, warm-up, width, test
-    samples), so that recurrent models trained with them compare with that grid's stored transformers at
-    equal tuning effort (one learning rate, the transformers')."""
-    from hoplib.training.sweep import GRIDS
-
-    g = GRIDS[check_choice("grid", grid, tuple(GRIDS))]
-    s = g.settings
-    return {"seq_len": s["seq_len"], "max_hops": s["max_hops"], "kinds": list(kinds), "depths": list(depths),
-            "widths": [g.widths[0][0]], "steps": s["steps"], "lrs": [s["lr"]], "warmup_steps": s["warmup_steps"],
-            "n_samples": s["eval_samples"], "grid": grid}
 
 
 PROFILES: dict[str, dict[str, Any]] = {  # "matched": the recurrent sweep at the training chapter's task
@@ -175,24 +168,6 @@ def train_grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
             for d in settings["depths"] for lr in check_rates("lrs", settings["lrs"])]
 
 
-def train_point(index: int, point: Mapping[str, Any], task: HopTask, settings: Mapping[str, Any], *,
-                seed: int = 0, device: str = "cpu") -> dict[str, Any]:
-    """Train the model of one grid point on multi-task hop_k (batch 32, the point's learning rate) and measure
-    its error for every k, by :func:`hoplib.lower_bounds.sweep.measure_point` (torch seeded with
-    ``seed + index``, so a point's result does not depend on the worker); ``{"records": one per k}``."""
-    from hoplib.lower_bounds.sweep import measure_point
-    from hoplib.train import TrainConfig
-
-    config = TrainConfig(steps=settings["steps"], batch_size=BATCH_SIZE, lr=point["lr"],
-                         warmup_steps=settings["warmup_steps"], seed=seed)
-    return {"records": measure_point(index, dict(point), task, rnn._build(task, HEADS), config,
-                                     n_samples=settings["n_samples"], device=device)}
-
-
-def _flat(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [r for result in results for r in result["records"]]
-
-
 def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "auto",
           workers: int = 1, on_model: Callable[[list[dict[str, Any]]], None] | None = None
           ) -> list[dict[str, Any]]:
@@ -200,31 +175,9 @@ def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: 
     and return tidy records ``{"kind", "d_model", "depth", "lr", "state_bits", "params", "k", "error",
     "final_loss", "train_time_s"}``, one per model and k (``state_bits`` is 0 for transformers); :func:`best_lr`
     keeps the better learning rate of each model. ``on_model`` is called with the records finished so far."""
-    points = train_grid(settings)
-    if not isinstance(task, HopTask):
-        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
-    device = str(get_device(device))
-    job = functools.partial(train_point, task=task, settings=dict(settings), seed=seed, device=device)
-    done = None if on_model is None else (lambda results: on_model(_flat(results)))
-    return _flat(map_points(job, points, workers=workers, device=device, on_result=done))
-
-
-def best_lr(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The records of the better learning rate of each (kind, width, depth): the one with the lowest mean error
-    over k >= 1 (the first listed on a tie); records without ``lr`` (a run with one rate) pass through."""
-    groups: dict[tuple, dict[float, list[Mapping[str, Any]]]] = {}
-    for r in records:
-        key = (r["kind"], r.get("d_model"), r["depth"])
-        groups.setdefault(key, {}).setdefault(r.get("lr"), []).append(r)
-
-    def mean_error(rows: list[Mapping[str, Any]]) -> float:
-        errs = [r["error"] for r in rows if r["k"] >= 1]
-        return sum(errs) / max(len(errs), 1)
-
-    out: list[dict[str, Any]] = []
-    for by_lr in groups.values():
-        out += [dict(r) for r in min(by_lr.values(), key=mean_error)]
-    return out
+    make_build = functools.partial(rnn._build, heads=HEADS)
+    return sweep_points(task, train_grid(settings), settings, make_build, seed=seed, device=device,
+                        workers=workers, on_model=on_model)
 
 
 def jobs(profile: str) -> list[Job]:
@@ -282,66 +235,6 @@ def model_table(records: Sequence[Mapping[str, Any]]) -> Table:
                        for kind in kinds])
 
 
-def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = THRESHOLD
-                ) -> dict[str, dict[int, int]]:
-    """``{label: {depth: K}}``: for each group of records (one family, one run per depth), the largest K such
-    that the model of that depth has error at most ``threshold`` at every k = 1..K (0: not even k = 1)."""
-    out: dict[str, dict[int, int]] = {}
-    for label, recs in groups.items():
-        fams = {r.family for r in recs}
-        if len(fams) != 1:
-            raise ValueError(f"group {label!r} must hold one family, got {sorted(fams)}")
-        fam = fams.pop()
-        out[label] = {d: solved_up_to(recs, fam, d, threshold) for d in sorted({r.depth for r in recs})}
-    return out
-
-
-def reach_summary(reach: Mapping[str, Mapping[int, int]], low: int = 3, high: int = 5) -> dict[str, Any]:
-    """What the chapter asserts of a :func:`reach_table` with recurrent groups and ``"transformer, ..."``
-    groups (one per seed): ``tf`` the transformers' best reach over seeds at depths ``low`` and ``high``;
-    ``tf_doubles``, it at least doubles from ``low`` to ``high``; per recurrent group, ``steps`` the largest
-    gain in reach from one depth to the next, and ``behind_at_high``, its reach at ``high`` is below every
-    transformer seed's."""
-    tfs = {label: row for label, row in reach.items() if label.startswith("transformer")}
-    rec = {label: row for label, row in reach.items() if label not in tfs}
-    if not tfs or not rec:
-        raise ValueError("reach must hold transformer groups and recurrent groups")
-    tf = {d: max(row[d] for row in tfs.values()) for d in (low, high)}
-    worst_high = min(row[high] for row in tfs.values())
-    return {"tf": tf, "tf_doubles": tf[high] >= 2 * tf[low],
-            "steps": {label: max(row[d + 1] - row[d] for d in list(row)[:-1]) for label, row in rec.items()},
-            "behind_at_high": {label: row[high] < worst_high for label, row in rec.items()}}
-
-
-def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, threshold: float = THRESHOLD,
-               title: str = ""):
-    """The largest solved k against depth for each group of :func:`reach_table`, with the two exact
-    constructions for reference: one hop per layer (K = L, the depth-L ``hop_rnn``; Corollary 5.2's regime)
-    and pointer doubling (K = 2^(L-2), Theorem 4.2's ceil(log2 k) + 2 layers). Returns the figure."""
-    import matplotlib.pyplot as plt
-
-    if not reach:
-        raise ValueError("reach must hold at least one group")
-    depths = sorted({d for row in reach.values() for d in row})
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    grid = np.arange(1, max(depths) + 1)
-    ax.plot(grid, grid, color="0.6", ls="--", lw=1, label="one hop per layer: K = L")
-    doubling = grid[grid >= 2]
-    ax.plot(doubling, 2.0 ** (doubling - 2), color="0.6", ls=":", lw=1.4, label="doubling: K = $2^{L-2}$")
-    markers = "osD^v<>"
-    for i, (label, row) in enumerate(reach.items()):
-        ax.plot(list(row), list(row.values()), marker=markers[i % len(markers)], lw=1.6, label=label)
-    ax.set_xlabel("depth L")
-    ax.set_ylabel(f"largest K solved\n(error ≤ {threshold} at k = 1..K)")
-    ax.set_ylim(-0.3, max_hops + 0.5)
-    ax.set_xticks(grid)
-    ax.legend(fontsize=9, loc="upper left")
-    if title:
-        ax.set_title(title, fontsize=11)
-    fig.tight_layout()
-    return fig
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m hoplib.lower_bounds.experiments.rnn",
                                 description="Train the RNN chapter's depth sweep (every family, depth and "
@@ -377,7 +270,7 @@ __all__ = ["BATCH_SIZE", "HEADS", "KINDS", "PARTS", "PROFILES", "PROTOCOLS", "TH
            "best_errors", "best_lr", "check_constructions", "check_random_encodings", "jobs", "main",
            "matched_settings", "model_table", "observations", "plot_reach", "plot_reduction_chain",
            "protocol_bit_row", "protocol_bit_rows", "reach_summary", "reach_table", "rounds_or_long_messages",
-           "settings_text", "sweep", "train_grid", "train_point"]
+           "settings_text", "sweep", "train_grid"]
 
 
 if __name__ == "__main__":
