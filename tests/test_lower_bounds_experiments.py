@@ -214,6 +214,80 @@ def test_rnn_cli_stores_a_run_and_refuses_bad_arguments_before_work(tmp_path, ca
 # --------------------------------------------------------------------------- the efficient-attention chapter
 
 
+EFF_TINY = {"seq_len": 10, "max_hops": 2, "kinds": ["performer", "longformer"], "depths": [1, 2], "widths": [8],
+            "heads": 2, "n_features": 4, "window": 2, "global_every": None, "steps": 3, "lrs": [3e-3],
+            "warmup_steps": 1, "n_samples": 8, "grid": "quick"}
+
+
+def test_eff_matched_settings_follow_the_training_grid_with_the_alphabet_sweeps_attentions():
+    from hoplib.training.sweep import GRIDS
+
+    cpu = eff_ex.PROFILES["cpu"]["matched"]
+    grid, alphabet = GRIDS[cpu["grid"]], eff_ex.PROFILES["cpu"]["alphabet"]
+    assert (cpu["seq_len"], cpu["max_hops"], cpu["steps"], cpu["lrs"], cpu["warmup_steps"]) == (
+        grid.settings["seq_len"], grid.settings["max_hops"], grid.settings["steps"], [grid.settings["lr"]],
+        grid.settings["warmup_steps"])
+    assert (cpu["widths"][0], cpu["heads"]) == grid.widths[0] and "softmax" not in cpu["kinds"]
+    assert (cpu["n_features"], cpu["window"], cpu["global_every"]) == (
+        alphabet["n_features"], alphabet["window"], cpu["seq_len"])  # only position 0, the hop count, is global
+
+
+@pytest.mark.parametrize("bad, match", [({"lrs": []}, "lrs"), ({"kinds": ["linear"]}, "kinds"),
+                                        ({"widths": [0]}, "widths")])
+def test_eff_matched_grid_refuses_bad_settings(bad, match):
+    with pytest.raises(ValueError, match=match):
+        eff_ex.matched_grid({**EFF_TINY, **bad})
+    with pytest.raises(ValueError, match="steps"):
+        eff_ex.matched_grid({k: v for k, v in EFF_TINY.items() if k != "steps"})
+
+
+def test_eff_matched_sweep_trains_each_attention_and_depth_alike_in_workers():
+    task = HopTask(seq_len=10, alphabet_size=4, max_hops=2)
+    one = eff_ex.matched_sweep(task, EFF_TINY, seed=1, device="cpu")
+    assert [(r["kind"], r["depth"]) for r in one if r["k"] == 0] == [(kd, d) for kd in ("performer", "longformer")
+                                                                    for d in (1, 2)]
+    assert all(r["n_features"] == 4 for r in one if r["kind"] == "performer")
+    assert all(r["window"] == 2 and r["global_every"] is None for r in one if r["kind"] == "longformer")
+    again = eff_ex.matched_sweep(task, EFF_TINY, seed=1, device="cpu", workers=2)
+    assert [r["error"] for r in again] == [r["error"] for r in one]
+
+
+def test_eff_cli_stores_the_matched_part_and_refuses_bad_arguments_before_work(tmp_path, capsys, monkeypatch):
+    from hoplib._book.cli import run_cli
+
+    assert run_cli(eff_ex.main, ["--out", str(tmp_path), "--seed", "-1"]) == 2
+    assert "seed" in capsys.readouterr().err
+    monkeypatch.setitem(eff_ex.PROFILES, "quick", {**eff_ex.PROFILES["quick"], "matched": EFF_TINY})
+    path = eff_ex.main(["--out", str(tmp_path), "--profile", "quick"])
+    assert path == tmp_path / "efficient_attention" / "quick" / "matched.json"
+    stored = json.loads(path.read_text())
+    lbx.check_stored_settings(stored["parameters"], EFF_TINY, (*eff_ex.MATCHED_KEYS, "grid"))
+    assert len(stored["data"]) == 3 * 4 and not path.with_name("matched.partial.json").exists()
+    assert run_cli(eff_ex.main, ["--out", str(tmp_path), "--profile", "quick"]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_sweep_points_needs_a_learning_rate_per_point_and_its_settings():
+    from hoplib.lower_bounds.sweep import sweep_points
+
+    task = HopTask(seq_len=10, alphabet_size=4, max_hops=2)
+    with pytest.raises(ValueError, match="lr"):
+        sweep_points(task, [{"kind": "gru", "d_model": 8, "depth": 1}], EFF_TINY, None)
+    with pytest.raises(ValueError, match="n_samples"):
+        sweep_points(task, [], {"steps": 1, "warmup_steps": 0}, None)
+    with pytest.raises(TypeError, match="HopTask"):
+        sweep_points(None, [], EFF_TINY, None)
+
+
+def test_reach_summary_compares_with_any_reference_family():
+    reach = {"Longformer": {2: 1, 3: 2, 4: 3, 5: 4}, "softmax, seed 0": {2: 1, 3: 3, 4: 3, 5: 6}}
+    seen = lbx.reach_summary(reach, reference="softmax")
+    assert seen == {"tf": {3: 3, 5: 6}, "tf_doubles": True, "steps": {"Longformer": 1},
+                    "behind_at_high": {"Longformer": True}}
+    with pytest.raises(ValueError, match="softmax"):
+        lbx.reach_summary({"Longformer": reach["Longformer"]}, reference="softmax")
+
+
 def test_favor_summary_reports_a_falling_error_and_its_slope():
     recs = [{"n_features": m, "draw": d, "weight_error": m ** -0.5 * (1 + 0.01 * d), "output_error": 0.0}
             for m in (4, 16, 64) for d in range(2)]

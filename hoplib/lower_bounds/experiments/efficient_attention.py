@@ -41,10 +41,12 @@ _REDUCTION = {"red_depth": 2, "red_width": 16, "red_heads": 2, "red_features": 8
 def _matched(grid: str, depths: Sequence[int], profile: str) -> dict[str, Any]:
     """The matched sweep: Performer and Longformer at the training chapter's grid ``grid`` (task and recipe,
     :func:`hoplib.lower_bounds.sweep.matched_settings`), with the features and window of the alphabet sweep
-    of ``profile`` (Longformer without global positions, so that its reach is the window's)."""
+    of ``profile``. The Longformer's one global position is 0 (``global_every`` = N: the hop-count token,
+    which a model must see to know which k to answer, and which itself sees nothing else), so that all else
+    reaches a position through windows: w positions per layer."""
     a = recall.ATTENTION_PROFILES[profile]
-    return {**matched_settings(grid, ["performer", "longformer"], depths), "n_features": a["n_features"],
-            "window": a["window"], "global_every": a["global_every"]}
+    s = matched_settings(grid, ["performer", "longformer"], depths)
+    return {**s, "n_features": a["n_features"], "window": a["window"], "global_every": s["seq_len"]}
 
 
 PROFILES: dict[str, dict[str, Any]] = {
