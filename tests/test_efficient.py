@@ -188,3 +188,36 @@ def test_exercise_checkers_accept_right_and_reject_wrong_answers():
     right = ex.check_longformer_bits(lambda n, p, L, m, w, g: eff.longformer_protocol_bits(n, p, L, m, w, g, 2) - 1)
     assert right.passed
     assert not ex.check_longformer_bits(lambda n, p, L, m, w, g: L * 32 * m * (p - 1) * w).passed
+
+
+def test_out_of_reach_counts_the_answers_whose_chain_leaves_the_windows_reach():
+    from hoplib.tasks import HopTask
+
+    task = HopTask(seq_len=20, alphabet_size=3, max_hops=3)
+    rows = eff.out_of_reach(task, window=2, depths=[1, 2, 20], n_samples=30, seed=5)
+    share = {(r["depth"], r["k"]): r["share"] for r in rows}
+    for k in (1, 2, 3):  # by hand: walk the chain back, as Definition 4.1 does
+        letters, _ = task.draw(30, k, 5 + k, "cpu")
+        fractions = []
+        for row in letters.tolist():
+            answered = far = 0
+            for i in range(len(row)):
+                j, ok = i, True
+                for _ in range(k):
+                    prev = [p for p in range(j) if row[p] == row[j]]
+                    if not prev:
+                        ok = False
+                        break
+                    j = prev[-1] + 1
+                if ok:
+                    answered += 1
+                    far += i - (j - 1) > 2  # the last match lies more than w = 2 back: out of one layer's reach
+            if answered:
+                fractions.append(far / answered)
+        assert share[(1, k)] == pytest.approx(float(np.mean(fractions)))
+        assert share[(1, k)] >= share[(2, k)] >= share[(20, k)] == 0.0
+    assert share[(1, 3)] > share[(1, 1)] > 0
+    with pytest.raises(ValueError, match="window"):
+        eff.out_of_reach(task, window=0, depths=[1])
+    with pytest.raises(TypeError, match="HopTask"):
+        eff.out_of_reach(None, window=2, depths=[1])

@@ -478,35 +478,39 @@ def test_closing_table_has_one_row_per_architecture_from_the_stored_runs(monkeyp
     rows, sources = closing.stored_closing_rows()
     assert [r["architecture"] for r in rows] == [t[0] for t in closing.THEORY.values()]
     assert all(set(r) == set(closing.COLUMNS) and r[closing.COLUMNS[-1]] for r in rows)
-    assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 7
+    assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 8
+    assert all("<details>" in s.provenance_html() for s in sources)
+    assert all("N = 64, k ≤ 8" in rows[i][closing.COLUMNS[-1]] for i in range(4))  # one task for the four
     edge_set = rows[-1][closing.COLUMNS[-1]]  # the edge-set transformer's stored runs, edge labels first
     assert "path D=4: L=2" in edge_set.split("Edge and pair labels")[0] and "path D=8" in edge_set
-    assert "GRU" in rows[3][closing.COLUMNS[-1]]
+    assert "GRU: L = 1, 2" in rows[3][closing.COLUMNS[-1]]
     html = closing.to_html([dict(rows[0], architecture="a<b")])
     assert html.startswith("<table") and "a&lt;b" in html
 
 
-def test_closing_rows_report_an_attention_type_that_solves_nothing():
-    recs = _records({("softmax", 2): [0, 0.5], ("performer", 2): [0, 0.05], ("longformer", 2): [0, 0.5]})
-    settings = {"seq_len": 8, "d_model": 16, "n_features": 4, "window": 2, "global_every": 4, "depths": [2]}
-    rnn_recs = _records({("gru", 1): [0, 0.05, 0.5]})
+def test_closing_rows_state_each_architectures_reach_by_depth():
+    reach = {"softmax": {"best of seeds": {2: 1, 3: 3}}, "performer": {"performer": {2: 1, 3: 2}},
+             "longformer": {"longformer": {2: 0, 3: 1}}, "rnn": {"GRU": {1: 1, 2: 2}, "LSTM": {1: 1, 2: 1}}}
     cot_rows = [{"chain": c, "k": 1, "error": e} for c, e in (("full", 0.0), ("none", 0.4))]
     structure = {"exact": [{"D": 2}], "doubling": [{"D": 4}], "mpc": [{"D": 4, "iterations": 3}]}
     learned = [{"family": "path", "D": 2, "model": m, "depth": 2, "accuracy": a}
                for m, a in (("gnn", 1.0), ("transformer", 0.5))]
     edges = [{"family": "path", "D": 4, "model": "edge-transformer", "depth": 2, "accuracy": 0.95}]
-    rows = closing.closing_rows(eff_records=recs, eff_settings=settings, rnn_records=rnn_recs, cot_rows=cot_rows,
-                                structure=structure, learned=learned, edges=edges)
+    rows = closing.closing_rows(reach=reach, where="N = 8", cot_rows=cot_rows, structure=structure,
+                                learned=learned, edges=edges)
     measured = [r[closing.COLUMNS[-1]] for r in rows]
-    assert measured[0].startswith("error > 0.1 already at k=1") and "up to k=1" in measured[1]
-    assert "k=2: >1" in measured[3] and "path D=2: L=2" in measured[5] and "path D=2: none" in measured[6]
+    assert measured[2] == "largest K with error ≤ 0.1 at every k ≤ K, by depth: L = 2, 3: 0, 1 (N = 8)"
+    assert "GRU: L = 1, 2: 1, 2; LSTM: L = 1, 2: 1, 1" in measured[3]
+    assert "path D=2: L=2" in measured[5] and "path D=2: none" in measured[6]
     assert measured[7] == "edge labels: trained, smallest depth with accuracy ≥ 0.9: path D=4: L=2"
     pairs = [dict(edges[0], depth=d, accuracy=a) for d, a in ((1, 0.5), (3, 0.95))]
-    with_pairs = closing.closing_rows(eff_records=recs, eff_settings=settings, rnn_records=rnn_recs,
-                                      cot_rows=cot_rows, structure=structure, learned=learned, edges=edges,
-                                      pairs=pairs)[7][closing.COLUMNS[-1]]
+    with_pairs = closing.closing_rows(reach=reach, where="N = 8", cot_rows=cot_rows, structure=structure,
+                                      learned=learned, edges=edges, pairs=pairs)[7][closing.COLUMNS[-1]]
     assert with_pairs == measured[7] + ". Edge and pair labels: trained, smallest depth with accuracy ≥ 0.9: " \
                                        "path D=4: L=3"
+    with pytest.raises(ValueError, match="rnn"):
+        closing.closing_rows(reach={k: v for k, v in reach.items() if k != "rnn"}, where="", cot_rows=cot_rows,
+                             structure=structure, learned=learned, edges=edges)
 
 
 def test_closing_table_needs_rows():

@@ -141,6 +141,12 @@ def test_cli_runs_other_seeds_on_chosen_alphabets_into_their_own_file(tmp_path, 
     assert stored["parameters"]["alphabets"] == [8] and stored["parameters"]["seed"] == 3
     assert {r["alphabet_size"] for r in stored["data"]} == {8}
     assert not (tmp_path / "rnn" / "quick" / "alphabet.json").exists()
+    assert run_cli(recall.main, ["--out", str(tmp_path), "--profile", "quick", "--steps", "0"]) == 2
+    assert "steps" in capsys.readouterr().err
+    assert run_cli(recall.main, ["--out", str(tmp_path), "--profile", "quick", "--alphabets", "8",
+                                 "--steps", "3"]) == 0
+    control = load_results(tmp_path / "rnn" / "quick" / "alphabet_steps3.json")
+    assert control["parameters"]["steps"] == 3 and control["parameters"]["seed"] == 0
 
 
 def test_seed_tables_set_runs_of_several_seeds_side_by_side():

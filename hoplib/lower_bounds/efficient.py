@@ -47,7 +47,7 @@ from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import efficient_attention as attn
 from hoplib.lower_bounds import pointer_chasing as pchase
 from hoplib.models import GPT, GPTConfig, gpt_for_task
-from hoplib.tasks import HopTask
+from hoplib.tasks import HopTask, find_k
 
 KINDS = attn.KINDS
 FLOAT_BITS = 32
@@ -459,6 +459,59 @@ def plot_favor_error(records: Sequence[dict[str, Any]], ax: plt.Axes | None = No
 
 
 # --------------------------------------------------------------------------- training experiment
+
+
+def out_of_reach(task: HopTask, window: int, depths: Sequence[int], *, n_samples: int = 100,
+                 seed: int = 0) -> list[dict[str, Any]]:
+    """The locality behind Corollary 5.4, measured on ``task``'s test data: through a causal window of radius
+    ``window`` = w, an L-layer Longformer's output at position i depends on positions i - Lw .. i only (and on
+    the global position 0, the hop count). hop_k at i needs every letter from find^k(i) - 1 (the last match)
+    to i, a span of i - find^k(i) + 2 positions; where that span exceeds Lw + 1, the answer depends on letters
+    the model cannot see. Returns ``{"depth", "k", "share"}`` per depth L and k >= 1: the share of answered
+    positions out of reach, averaged per sample as the paper's metric is (samples as in
+    :func:`hoplib.evaluate.per_k_error` with this ``seed``)."""
+    if not isinstance(task, HopTask):
+        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
+    window = check_int("window", window, low=1)
+    depths = [check_int("depths[i]", d, low=1) for d in depths]
+    n_samples = check_int("n_samples", n_samples, low=1)
+    out = []
+    for k in range(max(task.min_hops, 1), task.max_hops + 1):
+        letters, _ = task.draw(n_samples, k, check_int("seed", seed, low=0) + k, "cpu")
+        ptr = find_k(letters, k)
+        answered = ptr >= 0
+        span = torch.arange(letters.shape[-1]) - ptr + 2
+        for d in depths:
+            far = ((span > d * window + 1) & answered).sum(dim=1).double()
+            keep = answered.sum(dim=1) > 0
+            out.append({"depth": d, "k": k, "share": float((far[keep] / answered.sum(dim=1)[keep]).mean())})
+    return out
+
+
+def plot_locality(records: Sequence[dict[str, Any]], shares: Sequence[dict[str, Any]], *, title: str = ""
+                  ) -> Figure:
+    """Test error against k of trained Longformer models (``records``: ``{"depth", "k", "error"}``, k >= 1
+    shown), one colour per depth, each beside the share of answers out of its reach (:func:`out_of_reach`,
+    dashed). Returns the figure."""
+    depths = sorted({int(r["depth"]) for r in records})
+    if not depths or not shares:
+        raise ValueError("records and shares must be non-empty lists of dicts")
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    colours = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(depths)))
+    for colour, d in zip(colours, depths, strict=True):
+        err = sorted((r["k"], r["error"]) for r in records if r["depth"] == d and r["k"] >= 1)
+        out = sorted((r["k"], r["share"]) for r in shares if r["depth"] == d)
+        ax.plot(*zip(*err, strict=True), "o-", color=colour, lw=1.6, label=f"L = {d}: error")
+        if out:
+            ax.plot(*zip(*out, strict=True), "--", color=colour, lw=1.2, label=f"L = {d}: out of reach")
+    ax.set_xlabel("hops k")
+    ax.set_ylabel("test error / share of answers")
+    ax.set_ylim(-0.03, 1.03)
+    ax.legend(fontsize=9, ncol=2, loc="lower right")
+    if title:
+        ax.set_title(title, fontsize=11)
+    fig.tight_layout()
+    return fig
 
 
 def _build(task: HopTask, heads: int, n_features: int, window: int, global_every: int | None):  # noqa: ANN202

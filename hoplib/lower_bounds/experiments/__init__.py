@@ -196,6 +196,35 @@ def plot_families(records: Sequence[ErrorRecord], order: Sequence[str] = (), *, 
     return fig
 
 
+def settings_text(settings: Mapping[str, Any]) -> str:
+    """A stored depth sweep's settings in words, for a chapter's prose, e.g. ``"width 64, depths 1 to 4,
+    N = 32, k ≤ 4, 4,000 steps, learning rates 0.001 and 0.003"``."""
+    missing = [key for key in ("widths", "depths", "seq_len", "max_hops", "steps", "lrs") if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    rates = " and ".join(f"{lr:g}" for lr in settings["lrs"])
+    widths = " and ".join(str(w) for w in settings["widths"])
+    return (f"width {widths}, depths {min(settings['depths'])} to {max(settings['depths'])}, "
+            f"N = {settings['seq_len']}, k ≤ {settings['max_hops']}, {settings['steps']:,} steps, "
+            f"learning rate{'s' if len(settings['lrs']) > 1 else ''} {rates}")
+
+
+def reference_groups(grid: str, label: str = "transformer") -> tuple[dict[str, list[ErrorRecord]], Any]:
+    """The training chapter's stored transformers of grid ``grid`` (:data:`hoplib.training.sweep.GRIDS`) as
+    :func:`reach_table` groups, one per seed, labelled ``"<label>, seed <s>"``; also returns the stored sweep
+    (its runs' provenance and configurations)."""
+    from hoplib.training import experiments as tex
+
+    stored = tex.load_stored_sweep(grid)
+    by_seed = tex.records_by_seed(stored.records())
+    return {f"{label}, seed {s}": recs for s, recs in by_seed.items()}, stored
+
+
+def reach_text(reach: Mapping[str, Mapping[int, int]]) -> Table:
+    """A :func:`reach_table` as a table: one row per group, one column per depth."""
+    return text_table([{"model": label, **{f"L={d}": K for d, K in row.items()}} for label, row in reach.items()])
+
+
 def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = THRESHOLD
                 ) -> dict[str, dict[int, int]]:
     """``{label: {depth: K}}``: for each group of records (one family, one run per depth), the largest K such
@@ -259,4 +288,5 @@ def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, thresho
 
 __all__ = ["THRESHOLD", "Table", "best_error", "check_stored_settings", "depth_needed", "depth_text", "error_records",
            "error_text", "families", "html_table", "part_settings", "plot_families", "plot_reach", "reach_summary",
-           "reach_table", "settings_mismatch", "solved_up_to", "text_table"]
+           "reach_table", "reach_text", "reference_groups", "settings_mismatch", "settings_text", "solved_up_to",
+           "text_table"]

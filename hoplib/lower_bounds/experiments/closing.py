@@ -1,18 +1,19 @@
 """The table that closes the part of the book on lower bounds (Section 5 of the paper): for each architecture,
 its cost per layer, what the paper proves about the depth it needs for hop_k or connectivity, and what this
-book's stored runs measured. The measured column is read from the stored ``cpu`` runs of the four chapters."""
+book's stored runs measured. The measured column is read from the stored ``cpu`` runs of the four chapters; for
+the depth against k of softmax, Performer, Longformer and recurrent models, from the matched runs that share the
+training chapter's ``medium`` task and recipe."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hoplib._book.results import Stored, load_stored
-from hoplib.lower_bounds.experiments import depth_needed, error_records, html_table, part_settings, solved_up_to
+from hoplib._book.results import load_stored
+from hoplib.lower_bounds.experiments import THRESHOLD, error_records, html_table, reach_table, reference_groups
 from hoplib.lower_bounds.experiments import efficient_attention as eff_ex
 from hoplib.lower_bounds.experiments import gnn as gnn_ex
 from hoplib.lower_bounds.experiments import rnn as rnn_ex
-from hoplib.report import ErrorRecord
 
 COLUMNS = ("architecture", "cost per layer", "depth needed (theory)", "measured (stored cpu runs)")
 
@@ -40,25 +41,18 @@ THEORY = {
 }
 
 
-def _attention_measured(records: Sequence[ErrorRecord], settings: Mapping[str, Any], kind: str,
-                        threshold: float) -> str:
-    extra = {"softmax": "", "performer": f", m'={settings['n_features']}",
-             "longformer": f", w={settings['window']}, g={settings['global_every']}"}[kind]
-    kmax = max(r.k for r in records)
-    where = f"(N={settings['seq_len']}, m={settings['d_model']}{extra}, depths {settings['depths']}, k ≤ {kmax})"
-    solved = {d: solved_up_to(records, kind, d, threshold) for d in settings["depths"]}
-    best = max(solved.values())
-    if best == 0:
-        return f"error > {threshold} already at k=1 {where}"
-    depth = min(d for d, s in solved.items() if s == best)
-    return f"error ≤ {threshold} up to k={best} at depth {depth} {where}"
-
-
-def _rnn_measured(records: Sequence[ErrorRecord], threshold: float) -> str:
-    top = max(r.depth for r in records)
-    need = depth_needed([r for r in records if r.family == "gru"], "gru", threshold)
-    parts = [f"k={k}: {need[k] if need[k] is not None else f'>{top}'}" for k in sorted(need) if k >= 1]
-    return f"GRU, smallest depth with error ≤ {threshold} (depths ≤ {top}): " + ", ".join(parts)
+def reach_measured(reach: Mapping[str, Mapping[int, int]], where: str, threshold: float = THRESHOLD) -> str:
+    """One cell of the measured column from :func:`hoplib.lower_bounds.experiments.reach_table` rows (one or
+    more labelled groups): the largest K solved at each depth, e.g. ``"largest K with error ≤ 0.1 at every
+    k ≤ K, by depth L = 2, 3, 4: 1, 3, 6 (where)"``."""
+    if not reach:
+        raise ValueError("reach must hold at least one group")
+    parts = []
+    for label, row in reach.items():
+        depths = sorted(row)
+        name = f"{label}: " if len(reach) > 1 else ""
+        parts.append(f"{name}L = {', '.join(map(str, depths))}: {', '.join(str(row[d]) for d in depths)}")
+    return f"largest K with error ≤ {threshold} at every k ≤ K, by depth: " + "; ".join(parts) + f" ({where})"
 
 
 def _cot_measured(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -89,16 +83,19 @@ def _gnn_measured(structure: Mapping[str, Any], learned: Sequence[Mapping[str, A
             f"{mpc['iterations']} iterations at D = {mpc['D']}; {trained}")
 
 
-def closing_rows(*, eff_records: Sequence[ErrorRecord], eff_settings: Mapping[str, Any],
-                 rnn_records: Sequence[ErrorRecord], cot_rows: Sequence[Mapping[str, Any]],
-                 structure: Mapping[str, Any], learned: Sequence[Mapping[str, Any]],
-                 edges: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]] = (),
-                 threshold: float = 0.1, gnn_threshold: float = 0.9) -> list[dict[str, str]]:
-    """The rows of the closing table, one per architecture (keys :data:`COLUMNS`); ``edges`` and ``pairs``
-    are the edge-set transformer's records trained on edge labels and on edge and pair labels
-    (:func:`hoplib.lower_bounds.experiments.gnn.edge_sweep`, parts ``edge`` and ``pair``)."""
-    measured = {kind: _attention_measured(eff_records, eff_settings, kind, threshold) for kind in eff_ex.KINDS}
-    measured["rnn"] = _rnn_measured(rnn_records, threshold)
+def closing_rows(*, reach: Mapping[str, Mapping[str, Mapping[int, int]]], where: str,
+                 cot_rows: Sequence[Mapping[str, Any]], structure: Mapping[str, Any],
+                 learned: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str, Any]],
+                 pairs: Sequence[Mapping[str, Any]] = (), gnn_threshold: float = 0.9) -> list[dict[str, str]]:
+    """The rows of the closing table, one per architecture (keys :data:`COLUMNS`). ``reach`` holds, for
+    ``"softmax"``, ``"performer"``, ``"longformer"`` and ``"rnn"``, the reach table of that architecture's
+    models on one task (``where`` says which); ``edges`` and ``pairs`` are the edge-set transformer's records
+    trained on edge labels and on edge and pair labels (:func:`hoplib.lower_bounds.experiments.gnn.edge_sweep`,
+    parts ``edge`` and ``pair``)."""
+    missing = [key for key in (*eff_ex.KINDS, "rnn") if key not in reach]
+    if missing:
+        raise ValueError(f"reach lacks {missing}")
+    measured = {key: reach_measured(reach[key], where) for key in (*eff_ex.KINDS, "rnn")}
     measured["cot"] = _cot_measured(cot_rows)
     measured["gnn"] = _gnn_measured(structure, learned, gnn_threshold, "gnn")
     measured["edge-list"] = _gnn_measured(structure, learned, gnn_threshold, "transformer")
@@ -108,21 +105,38 @@ def closing_rows(*, eff_records: Sequence[ErrorRecord], eff_settings: Mapping[st
     return [dict(zip(COLUMNS, (*THEORY[key], measured[key]), strict=True)) for key in THEORY]
 
 
-def stored_closing_rows() -> tuple[list[dict[str, str]], list[Stored]]:
-    """:func:`closing_rows` from the stored ``cpu`` runs of the four chapters; also returns those runs."""
-    files = {"eff": "efficient_attention/cpu/training.json", "rnn": "rnn/cpu/training.json",
-             "cot": "chain_of_thought/cpu/errors.json", "structure": "gnn/cpu/depth_vs_diameter.json",
+def stored_reach() -> tuple[dict[str, dict[str, dict[int, int]]], str, list[Any]]:
+    """The reach tables of the matched runs, all on the training chapter's ``medium`` task and recipe: its
+    softmax transformers (best of the seeds at each depth), the efficient-attention chapter's Performer and
+    Longformer models and the RNN chapter's GRUs and LSTMs; with the task in words and the stored runs."""
+    eff_run, rnn_run = load_stored("efficient_attention/cpu/matched.json"), load_stored("rnn/cpu/matched.json")
+    settings = eff_ex.PROFILES["cpu"]["matched"]
+    tf_groups, medium = reference_groups(settings["grid"])
+    tf = reach_table(tf_groups)
+    reach = {"softmax": {"best of seeds": {d: max(row[d] for row in tf.values()) for d in next(iter(tf.values()))}}}
+    eff_recs, rnn_recs = error_records(eff_run.data), error_records(rnn_run.data)
+    for kind in ("performer", "longformer"):
+        reach[kind] = reach_table({kind: [r for r in eff_recs if r.family == kind]})
+    reach["rnn"] = reach_table({kind.upper(): [r for r in rnn_recs if r.family == kind]
+                                for kind in rnn_ex.PROFILES["cpu"]["matched"]["kinds"]})
+    where = (f"N = {settings['seq_len']}, k ≤ {settings['max_hops']}, 4 letters, width {settings['widths'][0]}, "
+             f"the training chapter's {settings['grid']} recipe")
+    return reach, where, [medium, eff_run, rnn_run]
+
+
+def stored_closing_rows() -> tuple[list[dict[str, str]], list[Any]]:
+    """:func:`closing_rows` from the stored ``cpu`` runs of the four chapters and the training chapter's
+    ``medium`` sweep; also returns those runs (each with a ``provenance_html()``)."""
+    files = {"cot": "chain_of_thought/cpu/errors.json", "structure": "gnn/cpu/depth_vs_diameter.json",
              "learned": "gnn/cpu/learned.json", "edges": "gnn/cpu/edge_sweep.json",
              "pairs": "gnn/cpu/pair_sweep.json"}
     stored = {key: load_stored(name) for key, name in files.items()}
-    rows = closing_rows(eff_records=error_records(stored["eff"].data),
-                        eff_settings=part_settings(stored["eff"].record["parameters"], "eff"),
-                        rnn_records=error_records(rnn_ex.best_lr(stored["rnn"].data)),
-                        cot_rows=stored["cot"].data["rows"],
+    reach, where, runs = stored_reach()
+    rows = closing_rows(reach=reach, where=where, cot_rows=stored["cot"].data["rows"],
                         structure=stored["structure"].data, learned=stored["learned"].data,
                         edges=stored["edges"].data, pairs=stored["pairs"].data,
                         gnn_threshold=gnn_ex.PROFILES["cpu"]["threshold"])
-    return rows, list(stored.values())
+    return rows, [*runs, *stored.values()]
 
 
 def to_html(rows: Sequence[Mapping[str, str]]) -> str:
@@ -132,4 +146,4 @@ def to_html(rows: Sequence[Mapping[str, str]]) -> str:
     return html_table(COLUMNS, [[row[c] for c in COLUMNS] for row in rows])
 
 
-__all__ = ["COLUMNS", "THEORY", "closing_rows", "stored_closing_rows", "to_html"]
+__all__ = ["COLUMNS", "THEORY", "closing_rows", "reach_measured", "stored_closing_rows", "stored_reach", "to_html"]

@@ -332,6 +332,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="results root; writes <out>/<chapter>/<profile>/alphabet.json")
     add_run_options(p, seed_help="seeds other than 0 write alphabet_seed<seed>.json")
     p.add_argument("--alphabets", type=int, nargs="+", help="only these of the profile's alphabet sizes")
+    p.add_argument("--steps", type=int, help="train this many steps instead of the profile's (a control run; "
+                                              "writes alphabet[_seed<seed>]_steps<steps>.json)")
     return p.parse_args(argv)
 
 
@@ -345,7 +347,11 @@ def main(argv: list[str] | None = None) -> Path:
         if unknown:
             raise ValueError(f"--alphabets {unknown} are not in the profile's alphabets {settings['alphabets']}")
         settings["alphabets"] = sorted(set(args.alphabets))
-    name = "alphabet.json" if args.seed == 0 else f"alphabet_seed{args.seed}.json"
+    name = "alphabet" + (f"_seed{args.seed}" if args.seed else "")
+    if args.steps is not None:
+        settings["steps"] = check_int("steps", args.steps, low=1)
+        name += f"_steps{args.steps}"
+    name += ".json"
     path = Path(args.out) / args.chapter / args.profile / name
     params = {"chapter": args.chapter, "part": "alphabet", "profile": args.profile, "device": device,
               "seed": args.seed, **settings}

@@ -33,6 +33,7 @@ from hoplib.lower_bounds.experiments import (
     reach_summary,
     reach_table,
     recall,
+    settings_text,
     text_table,
 )
 from hoplib.lower_bounds.sweep import BATCH_SIZE, best_lr, matched_settings, sweep_points
@@ -210,17 +211,6 @@ def observations(records: Sequence[ErrorRecord], threshold: float = THRESHOLD) -
 def best_errors(records: Sequence[ErrorRecord], k: int) -> dict[str, float]:
     """The lowest error at ``k`` over depths and widths, per architecture."""
     return {kind: best_error(records, kind, k) for kind in KINDS if any(r.family == kind for r in records)}
-
-
-def settings_text(settings: Mapping[str, Any]) -> str:
-    """A depth sweep's settings (``TRAIN_KEYS``) in words, for the chapter's prose, e.g. ``"width 64, depths 1
-    to 4, N = 32, k ≤ 4, 4,000 steps, learning rates 0.001 and 0.003"``."""
-    train_grid(settings)  # validates
-    rates = " and ".join(f"{lr:g}" for lr in settings["lrs"])
-    widths = " and ".join(str(w) for w in settings["widths"])
-    return (f"width {widths}, depths {min(settings['depths'])} to {max(settings['depths'])}, "
-            f"N = {settings['seq_len']}, k ≤ {settings['max_hops']}, {settings['steps']:,} steps, "
-            f"learning rate{'s' if len(settings['lrs']) > 1 else ''} {rates}")
 
 
 def model_table(records: Sequence[Mapping[str, Any]]) -> Table:
