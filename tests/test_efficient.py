@@ -221,3 +221,30 @@ def test_out_of_reach_counts_the_answers_whose_chain_leaves_the_windows_reach():
         eff.out_of_reach(task, window=0, depths=[1])
     with pytest.raises(TypeError, match="HopTask"):
         eff.out_of_reach(None, window=2, depths=[1])
+
+
+def test_locality_check_reads_the_floor_the_horizon_and_the_reach():
+    shares = [{"depth": d, "k": k, "share": s} for d, row in ((2, [0.0, 0.15, 0.5]), (3, [0.0, 0.05, 0.3]))
+              for k, s in enumerate(row, start=1)]
+    records = [{"depth": d, "k": k, "error": e} for d, row in ((2, [0.0, 0.05, 0.12, 0.4]),
+                                                             (3, [0.0, 0.02, 0.2, 0.35])) for k, e in enumerate(row)]
+    found = eff.locality_check(records, shares)
+    assert found["floor_ratio"] == pytest.approx(0.4 / 0.5)  # k = 0 and shares below 0.05 do not count
+    assert found["horizon"] == {2: 2, 3: 2} and found["reach"] == {2: 1, 3: 1}
+    assert found["above"] == {2: pytest.approx(0.05), 3: pytest.approx(0.15)}
+    with pytest.raises(ValueError, match="cover"):
+        eff.locality_check(records + [{"depth": 4, "k": 1, "error": 0.0}], shares)
+
+
+def test_plot_locality_draws_error_and_share_per_depth_with_a_legible_legend():
+    from hoplib.plots import check_legible
+
+    shares = [{"depth": d, "k": k, "share": 0.1 * k / d} for d in (2, 3) for k in (1, 2)]
+    records = [{"depth": d, "k": k, "error": 0.1 * k} for d in (2, 3) for k in (0, 1, 2)]
+    fig = eff.plot_locality(records, shares, title="t")
+    ax = fig.axes[0]
+    assert len(ax.lines) == 4 and [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "L = 2", "L = 3", "test error", "out of reach"]
+    assert check_legible(fig) >= 9
+    with pytest.raises(ValueError):
+        eff.plot_locality([], shares)

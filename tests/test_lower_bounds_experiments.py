@@ -612,3 +612,9 @@ def test_rnn_settings_text_states_a_sweep_in_words():
     assert rnn_ex.settings_text(rnn_ex.PROFILES["cpu"]["matched"]).endswith("learning rate 0.002")
     with pytest.raises(ValueError, match="settings lack"):
         rnn_ex.settings_text({"lrs": [1e-3]})
+
+
+def test_eff_locality_table_has_one_row_per_depth():
+    found = {"horizon": {2: 1, 3: 2}, "reach": {2: 1, 3: 1}, "above": {2: -0.009, 3: 0.08}}
+    table = eff_ex.locality_table(found)
+    assert table.body == [["2", "1", "1", "-0.01"], ["3", "2", "1", "+0.08"]]

@@ -145,7 +145,7 @@ def test_cli_runs_other_seeds_on_chosen_alphabets_into_their_own_file(tmp_path, 
     assert "steps" in capsys.readouterr().err
     assert run_cli(recall.main, ["--out", str(tmp_path), "--profile", "quick", "--alphabets", "8",
                                  "--steps", "3"]) == 0
-    control = load_results(tmp_path / "rnn" / "quick" / "alphabet_steps3.json")
+    control = load_results(tmp_path / "rnn" / "quick" / "alphabet_steps3_a8.json")
     assert control["parameters"]["steps"] == 3 and control["parameters"]["seed"] == 0
 
 
@@ -155,6 +155,8 @@ def test_seed_tables_set_runs_of_several_seeds_side_by_side():
     assert errs["gru"] == {0: pytest.approx(0.8), 1: 0.5}
     table = recall.seed_table([(0, FAKE), (1, other)], alphabet_size=16, width=64)
     assert table.header == ["family", "seed 0", "seed 1"] and table.body[1] == ["transformer", "0.050", "0.500"]
+    longer = recall.seed_table([(2000, FAKE), (4000, other)], alphabet_size=16, width=64, column="{:,} steps")
+    assert longer.header == ["family", "2,000 steps", "4,000 steps"]
 
 
 @pytest.mark.parametrize(("needed", "grows"), [({4: 16, 8: 32, 16: None}, True), ({4: 16, 8: 16}, False),

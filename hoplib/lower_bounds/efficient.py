@@ -488,6 +488,32 @@ def out_of_reach(task: HopTask, window: int, depths: Sequence[int], *, n_samples
     return out
 
 
+def locality_check(records: Sequence[dict[str, Any]], shares: Sequence[dict[str, Any]], *,
+                   threshold: float = 0.1, min_share: float = 0.05) -> dict[str, Any]:
+    """Trained Longformer errors (``records``: ``{"depth", "k", "error"}``) against :func:`out_of_reach`.
+
+    Where an answer depends on letters out of reach, a model can only guess it. Returns ``floor_ratio``, the
+    smallest error / share over the (L, k) with share at least ``min_share``; ``horizon[L]``, the largest K
+    with share at most ``2 * threshold`` at every k <= K (if the error is at least half the share, no more can
+    be solved at error ``threshold``); ``reach[L]``, the largest K the trained model solves at ``threshold``;
+    and ``above[L]``, the largest error - share over k (how far the model stays above what it cannot see)."""
+    share = {(int(r["depth"]), int(r["k"])): float(r["share"]) for r in shares}
+    errors = {(int(r["depth"]), int(r["k"])): float(r["error"]) for r in records if r["k"] >= 1}
+    if not errors or any(key not in share for key in errors):
+        raise ValueError("records must be non-empty and shares must cover each of their (depth, k)")
+    depths = sorted({d for d, _ in errors})
+    ratios = [errors[key] / share[key] for key in errors if share[key] >= min_share]
+
+    def run(depth: int, ok: Callable[[int], bool]) -> int:
+        ks = sorted(k for d, k in errors if d == depth)
+        return next((k - 1 for k in ks if not ok(k)), ks[-1])
+
+    return {"floor_ratio": min(ratios) if ratios else float("nan"),
+            "horizon": {d: run(d, lambda k, d=d: share[(d, k)] <= 2 * threshold) for d in depths},
+            "reach": {d: run(d, lambda k, d=d: errors[(d, k)] <= threshold) for d in depths},
+            "above": {d: max(errors[(d, k)] - share[(d, k)] for dd, k in errors if dd == d) for d in depths}}
+
+
 def plot_locality(records: Sequence[dict[str, Any]], shares: Sequence[dict[str, Any]], *, title: str = ""
                   ) -> Figure:
     """Test error against k of trained Longformer models (``records``: ``{"depth", "k", "error"}``, k >= 1
@@ -496,18 +522,23 @@ def plot_locality(records: Sequence[dict[str, Any]], shares: Sequence[dict[str, 
     depths = sorted({int(r["depth"]) for r in records})
     if not depths or not shares:
         raise ValueError("records and shares must be non-empty lists of dicts")
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(7.6, 3.8))
     colours = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(depths)))
     for colour, d in zip(colours, depths, strict=True):
         err = sorted((r["k"], r["error"]) for r in records if r["depth"] == d and r["k"] >= 1)
         out = sorted((r["k"], r["share"]) for r in shares if r["depth"] == d)
-        ax.plot(*zip(*err, strict=True), "o-", color=colour, lw=1.6, label=f"L = {d}: error")
+        ax.plot(*zip(*err, strict=True), "o-", color=colour, lw=1.6, label=f"L = {d}")
         if out:
-            ax.plot(*zip(*out, strict=True), "--", color=colour, lw=1.2, label=f"L = {d}: out of reach")
+            ax.plot(*zip(*out, strict=True), "--", color=colour, lw=1.2)
+    handles = ax.get_legend_handles_labels()[0] + [
+        Line2D([], [], color="0.3", marker="o", lw=1.6, label="test error"),
+        Line2D([], [], color="0.3", ls="--", lw=1.2, label="out of reach")]
     ax.set_xlabel("hops k")
     ax.set_ylabel("test error / share of answers")
     ax.set_ylim(-0.03, 1.03)
-    ax.legend(fontsize=9, ncol=2, loc="lower right")
+    ax.legend(handles=handles, fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         ax.set_title(title, fontsize=11)
     fig.tight_layout()

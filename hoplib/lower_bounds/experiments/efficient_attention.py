@@ -18,10 +18,11 @@ import numpy as np
 import torch
 
 from hoplib._book.pool import add_run_options, run_device, store_sweep
+from hoplib._book.tables import Table
 from hoplib._book.timing import Job
 from hoplib._book.validate import check_choice, check_int, check_rates
 from hoplib.lower_bounds import efficient as eff
-from hoplib.lower_bounds.experiments import best_error, recall, solved_up_to
+from hoplib.lower_bounds.experiments import best_error, recall, solved_up_to, text_table
 from hoplib.lower_bounds.sweep import BATCH_SIZE, matched_settings, sweep_points
 from hoplib.report import ErrorRecord
 from hoplib.tasks import HopTask
@@ -151,6 +152,13 @@ def summary_rows(found: Mapping[str, Any]) -> list[dict[str, Any]]:
             for kind in found["solved"]]
 
 
+def locality_table(found: Mapping[str, Any]) -> Table:
+    """:func:`hoplib.lower_bounds.efficient.locality_check` as a table, one row per depth: the K the windows
+    allow, the K the trained Longformer solves, and how far its error stays above the out-of-reach share."""
+    return text_table([{"depth L": d, "K allowed by the window": found["horizon"][d], "K solved": found["reach"][d],
+                        "largest error - share": f"{found['above'][d]:+.2f}"} for d in found["horizon"]])
+
+
 def matched_grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The matched sweep's points (kind, width, depth, learning rate), in that order of nesting."""
     missing = [key for key in MATCHED_KEYS if key not in settings]
@@ -208,8 +216,8 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 __all__ = ["KINDS", "MATCHED_KEYS", "PARTS", "PROFILES", "REDUCTION_COLUMNS", "TRAIN_KEYS", "favor_summary", "jobs",
-           "main", "matched_grid", "matched_sweep", "reduction_rows", "reductions_exact", "summary", "summary_rows",
-           "sweep"]
+           "locality_table", "main", "matched_grid", "matched_sweep", "reduction_rows", "reductions_exact", "summary",
+           "summary_rows", "sweep"]
 
 
 if __name__ == "__main__":

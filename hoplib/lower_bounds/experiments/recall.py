@@ -223,7 +223,8 @@ def errors_by_alphabet(records: Sequence[Mapping[str, Any]], width: int | None =
 
 def seed_errors(runs: Sequence[tuple[int, Sequence[Mapping[str, Any]]]], alphabet_size: int, width: int
                 ) -> dict[str, dict[int, float]]:
-    """``{kind: {seed: best error}}`` at one alphabet size and width, from ``(seed, records)`` pairs."""
+    """``{kind: {seed: best error}}`` at one alphabet size and width, from ``(seed, records)`` pairs (or pairs
+    of another integer label of the runs, such as their steps)."""
     out: dict[str, dict[int, float]] = {}
     for seed, records in runs:
         for kind, errs in errors_by_alphabet(records, width).items():
@@ -232,11 +233,13 @@ def seed_errors(runs: Sequence[tuple[int, Sequence[Mapping[str, Any]]]], alphabe
     return out
 
 
-def seed_table(runs: Sequence[tuple[int, Sequence[Mapping[str, Any]]]], alphabet_size: int, width: int) -> Table:
-    """:func:`seed_errors` as a table: one row per family, one column per seed."""
+def seed_table(runs: Sequence[tuple[int, Sequence[Mapping[str, Any]]]], alphabet_size: int, width: int, *,
+               column: str = "seed {}") -> Table:
+    """:func:`seed_errors` as a table: one row per family, one column per seed (headed ``column`` filled with
+    the label, e.g. ``"{:,} steps"`` for runs labelled by their steps)."""
     errs = seed_errors(runs, alphabet_size, width)
     seeds = sorted({seed for per in errs.values() for seed in per})
-    return Table(["family", *(f"seed {s}" for s in seeds)],
+    return Table(["family", *(column.format(s) for s in seeds)],
                  [[kind, *(f"{per[s]:.3f}" if s in per else "-" for s in seeds)] for kind, per in errs.items()],
                  caption=f"best error at k = 1, |Σ| = {alphabet_size}, width {width}")
 
@@ -333,7 +336,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     add_run_options(p, seed_help="seeds other than 0 write alphabet_seed<seed>.json")
     p.add_argument("--alphabets", type=int, nargs="+", help="only these of the profile's alphabet sizes")
     p.add_argument("--steps", type=int, help="train this many steps instead of the profile's (a control run; "
-                                              "writes alphabet[_seed<seed>]_steps<steps>.json)")
+                                              "writes alphabet[_seed<seed>]_steps<steps>_a<sizes>.json)")
     return p.parse_args(argv)
 
 
@@ -348,9 +351,9 @@ def main(argv: list[str] | None = None) -> Path:
             raise ValueError(f"--alphabets {unknown} are not in the profile's alphabets {settings['alphabets']}")
         settings["alphabets"] = sorted(set(args.alphabets))
     name = "alphabet" + (f"_seed{args.seed}" if args.seed else "")
-    if args.steps is not None:
+    if args.steps is not None:  # a control run names its steps and its alphabets
         settings["steps"] = check_int("steps", args.steps, low=1)
-        name += f"_steps{args.steps}"
+        name += f"_steps{args.steps}_a" + "-".join(map(str, settings["alphabets"]))
     name += ".json"
     path = Path(args.out) / args.chapter / args.profile / name
     params = {"chapter": args.chapter, "part": "alphabet", "profile": args.profile, "device": device,
