@@ -44,14 +44,13 @@ THEORY = {
 def reach_measured(reach: Mapping[str, Mapping[int, int]], where: str, threshold: float = THRESHOLD) -> str:
     """One cell of the measured column from :func:`hoplib.lower_bounds.experiments.reach_table` rows (one or
     more labelled groups): the largest K solved at each depth, e.g. ``"largest K with error ≤ 0.1 at every
-    k ≤ K, by depth L = 2, 3, 4: 1, 3, 6 (where)"``."""
+    k ≤ K, by depth: GRU: L = 2, 3, 4: 1, 3, 6 (where)"``."""
     if not reach:
         raise ValueError("reach must hold at least one group")
     parts = []
     for label, row in reach.items():
         depths = sorted(row)
-        name = f"{label}: " if len(reach) > 1 else ""
-        parts.append(f"{name}L = {', '.join(map(str, depths))}: {', '.join(str(row[d]) for d in depths)}")
+        parts.append(f"{label}: L = {', '.join(map(str, depths))}: {', '.join(str(row[d]) for d in depths)}")
     return f"largest K with error ≤ {threshold} at every k ≤ K, by depth: " + "; ".join(parts) + f" ({where})"
 
 
@@ -113,10 +112,13 @@ def stored_reach() -> tuple[dict[str, dict[str, dict[int, int]]], str, list[Any]
     settings = eff_ex.PROFILES["cpu"]["matched"]
     tf_groups, medium = reference_groups(settings["grid"])
     tf = reach_table(tf_groups)
-    reach = {"softmax": {"best of seeds": {d: max(row[d] for row in tf.values()) for d in next(iter(tf.values()))}}}
+    best = {d: max(row[d] for row in tf.values()) for d in next(iter(tf.values()))}
+    reach = {"softmax": {f"best of {len(tf)} seeds": best}}
     eff_recs, rnn_recs = error_records(eff_run.data), error_records(rnn_run.data)
-    for kind in ("performer", "longformer"):
-        reach[kind] = reach_table({kind: [r for r in eff_recs if r.family == kind]})
+    labels = {"performer": f"m' = {settings['n_features']}",
+              "longformer": f"w = {settings['window']}, global position 0 only"}
+    for kind, label in labels.items():
+        reach[kind] = reach_table({label: [r for r in eff_recs if r.family == kind]})
     reach["rnn"] = reach_table({kind.upper(): [r for r in rnn_recs if r.family == kind]
                                 for kind in rnn_ex.PROFILES["cpu"]["matched"]["kinds"]})
     where = (f"N = {settings['seq_len']}, k ≤ {settings['max_hops']}, 4 letters, width {settings['widths'][0]}, "
