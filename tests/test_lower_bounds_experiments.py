@@ -479,7 +479,9 @@ def test_closing_table_has_one_row_per_architecture_from_the_stored_runs(monkeyp
     assert [r["architecture"] for r in rows] == [t[0] for t in closing.THEORY.values()]
     assert all(set(r) == set(closing.COLUMNS) and r[closing.COLUMNS[-1]] for r in rows)
     assert "Conjecture 2.4" in rows[0]["depth needed (theory)"] and len(sources) == 8
-    assert all("<details>" in s.provenance_html() for s in sources)
+    html = closing.sources_html(sources)
+    assert html.count("<details>") == 8 and "results/training/medium/" in html
+    assert "Provenance of results/efficient_attention/cpu/matched.json" in html
     assert all("N = 64, k ≤ 8" in rows[i][closing.COLUMNS[-1]] for i in range(4))  # one task for the four
     edge_set = rows[-1][closing.COLUMNS[-1]]  # the edge-set transformer's stored runs, edge labels first
     assert "path D=4: L=2" in edge_set.split("Edge and pair labels")[0] and "path D=8" in edge_set

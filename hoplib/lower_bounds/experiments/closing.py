@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hoplib._book.results import load_stored
+from hoplib._book.results import Stored, load_stored
 from hoplib.lower_bounds.experiments import THRESHOLD, error_records, html_table, reach_table, reference_groups
 from hoplib.lower_bounds.experiments import efficient_attention as eff_ex
 from hoplib.lower_bounds.experiments import gnn as gnn_ex
@@ -141,6 +141,15 @@ def stored_closing_rows() -> tuple[list[dict[str, str]], list[Any]]:
     return rows, [*runs, *stored.values()]
 
 
+def sources_html(sources: Sequence[Any]) -> str:
+    """One collapsed provenance block per stored run behind the table (from :func:`stored_closing_rows`),
+    each naming its file or folder."""
+    if not sources:
+        raise ValueError("sources must be a non-empty list of stored runs")
+    return "".join(s.provenance_html(f"Provenance of results/{s.name}") if isinstance(s, Stored)
+                   else s.provenance_html() for s in sources)
+
+
 def to_html(rows: Sequence[Mapping[str, str]]) -> str:
     """The rows as an HTML table (escaped)."""
     if not rows:
@@ -148,4 +157,5 @@ def to_html(rows: Sequence[Mapping[str, str]]) -> str:
     return html_table(COLUMNS, [[row[c] for c in COLUMNS] for row in rows])
 
 
-__all__ = ["COLUMNS", "THEORY", "closing_rows", "reach_measured", "stored_closing_rows", "stored_reach", "to_html"]
+__all__ = ["COLUMNS", "THEORY", "closing_rows", "reach_measured", "sources_html", "stored_closing_rows", "stored_reach",
+           "to_html"]
