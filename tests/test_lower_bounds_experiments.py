@@ -232,6 +232,16 @@ def test_eff_matched_settings_follow_the_training_grid_with_the_alphabet_sweeps_
         alphabet["n_features"], alphabet["window"], cpu["seq_len"])  # only position 0, the hop count, is global
 
 
+def test_eff_features_control_is_the_matched_performer_with_one_feature_per_position():
+    for profile in eff_ex.PROFILES.values():
+        matched, control = profile["matched"], profile["features"]
+        assert control["kinds"] == ["performer"] and control["n_features"] == control["seq_len"]
+        assert set(control["depths"]) <= set(matched["depths"])
+        same = [key for key in eff_ex.MATCHED_KEYS if key not in ("kinds", "n_features", "depths")]
+        assert all(control[key] == matched[key] for key in same)
+    assert eff_ex.PROFILES["cpu"]["matched"]["n_features"] < eff_ex.PROFILES["cpu"]["features"]["n_features"]
+
+
 @pytest.mark.parametrize("bad, match", [({"lrs": []}, "lrs"), ({"kinds": ["linear"]}, "kinds"),
                                         ({"widths": [0]}, "widths")])
 def test_eff_matched_grid_refuses_bad_settings(bad, match):
@@ -265,6 +275,11 @@ def test_eff_cli_stores_the_matched_part_and_refuses_bad_arguments_before_work(t
     assert len(stored["data"]) == 3 * 4 and not path.with_name("matched.partial.json").exists()
     assert run_cli(eff_ex.main, ["--out", str(tmp_path), "--profile", "quick"]) == 2
     assert "exists" in capsys.readouterr().err
+    tiny_control = {**EFF_TINY, "kinds": ["performer"], "n_features": 10, "depths": [1]}
+    monkeypatch.setitem(eff_ex.PROFILES, "quick", {**eff_ex.PROFILES["quick"], "features": tiny_control})
+    control = eff_ex.main(["--out", str(tmp_path), "--profile", "quick", "--part", "features"])
+    assert control.name == "features.json"
+    assert {r["n_features"] for r in json.loads(control.read_text())["data"]} == {10}
 
 
 def test_sweep_points_needs_a_learning_rate_per_point_and_its_settings():
@@ -445,6 +460,10 @@ def test_edge_sweep_cli_control_run_records_its_steps_and_subset(tmp_path):
     params = stored["parameters"]
     assert params["edge_steps"] == 3 and params["edge_ds"] == [2] and params["edge_depths"] == [1]
     assert [(r["D"], r["depth"], r["steps"]) for r in stored["data"]] == [(2, 1, 3)]
+    deeper = gnn_ex.main(["--out", str(tmp_path), "--profile", "quick", "--part", "pair", "--diameters", "2",
+                          "--depths", "4", "1", "--steps", "2"])  # a depth beyond the profile's: named in the file
+    assert deeper.name == "pair_sweep_steps2_depths1-4.json"
+    assert json.loads(deeper.read_text())["parameters"]["pair_depths"] == [1, 4]
 
 
 def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
@@ -461,8 +480,8 @@ def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
     assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--part", "pair",
                                  "--diameters", "8"]) == 2
     assert "not in the profile" in capsys.readouterr().err
-    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--depths", "9"]) == 2
-    assert "not in the profile's depths" in capsys.readouterr().err
+    assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--depths", "0"]) == 2
+    assert "depths" in capsys.readouterr().err
     assert run_cli(gnn_ex.main, ["--out", str(tmp_path), "--profile", "quick", "--steps", "0"]) == 2
     assert "steps" in capsys.readouterr().err
     (tmp_path / "gnn" / "quick" / "pair_sweep.json").write_text("{}")

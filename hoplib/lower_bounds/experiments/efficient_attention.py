@@ -3,7 +3,8 @@ against softmax attention, the Performer and Longformer reductions on the inputs
 training sweep of the three attention types with what its stored run shows, and the matched sweep: Performer
 and Longformer models trained on the training chapter's task with its transformers' recipe
 (:func:`matched_sweep`), stored with
-``python -m hoplib.lower_bounds.experiments.efficient_attention --profile cpu --workers 2 --out results``.
+``python -m hoplib.lower_bounds.experiments.efficient_attention --profile cpu --workers 2 --out results``,
+and its control with one Performer feature per position (``--part features``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ REDUCTION_COLUMNS = ("kind", "k", "q", "N", "bits", "formula_bits", "message_bit
                      "max_abs_diff")
 MATCHED_KEYS = ("seq_len", "max_hops", "kinds", "depths", "widths", "heads", "n_features", "window",
                 "global_every", "steps", "lrs", "warmup_steps", "n_samples")
-PARTS = ("matched",)  # the stored sweeps of this module's command: results/efficient_attention/<profile>/<part>.json
+# the stored sweeps of this module's command, results/efficient_attention/<profile>/<part>.json: the matched
+# sweep, and its Performer control with one feature per position
+PARTS = ("matched", "features")
 _REDUCTION = {"red_depth": 2, "red_width": 16, "red_heads": 2, "red_features": 8, "red_window": 3, "red_global": 8}
 
 
@@ -48,6 +51,14 @@ def _matched(grid: str, depths: Sequence[int], profile: str) -> dict[str, Any]:
     a = recall.ATTENTION_PROFILES[profile]
     s = matched_settings(grid, ["performer", "longformer"], depths)
     return {**s, "n_features": a["n_features"], "window": a["window"], "global_every": s["seq_len"]}
+
+
+def _features(matched: Mapping[str, Any], depths: Sequence[int]) -> dict[str, Any]:
+    """The control run of the matched sweep: its Performer with as many random features as positions
+    (m' = N), at ``depths``. A FAVOR+ score matrix, phi(Q) phi(K)^T before the causal mask, is a product
+    through m' features, so its rank is at most m'; with m' = N that limit of the matched run (m' < N) is
+    gone, and only the kernel estimate differs from softmax attention."""
+    return {**matched, "kinds": ["performer"], "n_features": matched["seq_len"], "depths": list(depths)}
 
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -71,6 +82,8 @@ PROFILES: dict[str, dict[str, Any]] = {
             "alphabet": recall.ATTENTION_PROFILES["paper"],
               "matched": _matched("paper", [2, 3, 4, 5, 6, 7, 8], "paper")},
 }
+for _profile, _depths in (("quick", [2]), ("cpu", [3, 5]), ("paper", [3, 5, 7])):
+    PROFILES[_profile]["features"] = _features(PROFILES[_profile]["matched"], _depths)
 
 
 def favor_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -190,7 +203,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                                             "and Longformer at the training chapter's task and recipe) and "
                                             "store it.")
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
-    p.add_argument("--part", default="matched", choices=PARTS)
+    p.add_argument("--part", default="matched", choices=PARTS,
+                   help="matched: Performer and Longformer; features: the Performer with m' = N features")
     p.add_argument("--out", required=True,
                    help="results root; writes <out>/efficient_attention/<profile>/<part>.json")
     add_run_options(p, seed_help="seeds other than 0 write <part>_seed<seed>.json")

@@ -317,7 +317,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="results root; writes <out>/gnn/<profile>/<part>_sweep.json")
     add_run_options(p, seed_help="seeds other than 0 write <part>_sweep_seed<seed>.json")
     p.add_argument("--diameters", type=int, nargs="+", help="only these of the profile's diameters")
-    p.add_argument("--depths", type=int, nargs="+", help="only these of the profile's depths")
+    p.add_argument("--depths", type=int, nargs="+",
+                   help="train these depths (any beyond the profile's add _depths<a>-<b> to the file name)")
     p.add_argument("--steps", type=int, help="train this many steps instead of the profile's (a control run; "
                                               "writes <part>_sweep[_seed<seed>]_steps<steps>.json)")
     return p.parse_args(argv)
@@ -329,18 +330,23 @@ def main(argv: list[str] | None = None) -> Path:
     args = _parse(argv)
     device = run_device(args)
     settings = {key: PROFILES[args.profile][key] for key in (*PARTS[args.part], "threshold")}
-    for option, suffix in (("diameters", "ds"), ("depths", "depths")):
-        chosen, key = getattr(args, option), f"{args.part}_{suffix}"
-        if chosen:
-            unknown = sorted(set(chosen) - set(settings[key]))
-            if unknown:
-                raise ValueError(f"--{option} {unknown} are not in the profile's {option} {settings[key]}")
-            settings[key] = sorted(set(chosen))
     name = f"{args.part}_sweep" + (f"_seed{args.seed}" if args.seed else "")
+    if args.diameters:
+        unknown = sorted(set(args.diameters) - set(settings[f"{args.part}_ds"]))
+        if unknown:
+            raise ValueError(f"--diameters {unknown} are not in the profile's diameters "
+                             f"{settings[f'{args.part}_ds']}")
+        settings[f"{args.part}_ds"] = sorted(set(args.diameters))
+    deeper = ""
+    if args.depths:
+        depths = sorted({check_int("depths[i]", d, low=1) for d in args.depths})
+        if not set(depths) <= set(settings[f"{args.part}_depths"]):  # a deeper control run: say so in the name
+            deeper = "_depths" + "-".join(map(str, depths))
+        settings[f"{args.part}_depths"] = depths
     if args.steps is not None:
         settings[f"{args.part}_steps"] = check_int("steps", args.steps, low=1)
         name += f"_steps{args.steps}"
-    name += ".json"
+    name += deeper + ".json"
     path = Path(args.out) / "gnn" / args.profile / name
     params = {"chapter": "gnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed,
               **settings}
