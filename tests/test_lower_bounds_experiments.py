@@ -282,6 +282,20 @@ def test_eff_cli_stores_the_matched_part_and_refuses_bad_arguments_before_work(t
     assert {r["n_features"] for r in json.loads(control.read_text())["data"]} == {10}
 
 
+def test_grid_points_nest_kind_width_depth_rate_and_refuse_what_they_cannot_train():
+    from hoplib.lower_bounds.sweep import grid_points
+
+    settings = {"kinds": ["a", "b"], "widths": [8], "depths": [1, 2], "lrs": [1e-3, 3e-3]}
+    points = grid_points(settings, ("kinds", "widths", "depths", "lrs"), ("a", "b"))
+    assert [(p["kind"], p["depth"], p["lr"]) for p in points][:3] == [("a", 1, 1e-3), ("a", 1, 3e-3), ("a", 2, 1e-3)]
+    assert len(points) == 2 * 1 * 2 * 2
+    with pytest.raises(ValueError, match="steps"):
+        grid_points(settings, ("kinds", "steps"), ("a", "b"))
+    for bad, match in (({"kinds": ["c"]}, "kinds"), ({"depths": [0]}, "depths"), ({"lrs": [-1.0]}, "lrs")):
+        with pytest.raises(ValueError, match=match):
+            grid_points({**settings, **bad}, (), ("a", "b"))
+
+
 def test_sweep_points_needs_a_learning_rate_per_point_and_its_settings():
     from hoplib.lower_bounds.sweep import sweep_points
 

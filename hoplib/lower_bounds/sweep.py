@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from hoplib._book.validate import check_int
+from hoplib._book.validate import check_choice, check_int, check_rates
 from hoplib.models import count_parameters
 from hoplib.tasks import HopTask
 from hoplib.train import TrainConfig, fit
@@ -157,12 +157,25 @@ def best_lr(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def grid_points(settings: dict[str, Any], keys: Sequence[str], kinds: Sequence[str]) -> list[dict[str, Any]]:
+    """The points of a sweep (kind, width, depth, learning rate), in that order of nesting, from settings
+    that must hold every one of ``keys``; each kind must be one of ``kinds``, each width and depth a positive
+    integer and each learning rate positive (``ValueError`` otherwise)."""
+    missing = [key for key in keys if key not in settings]
+    if missing:
+        raise ValueError(f"settings lack {missing}")
+    for kind in settings["kinds"]:
+        check_choice("kinds[i]", kind, tuple(kinds))
+    return [{"kind": kind, "d_model": check_int("widths[i]", w, low=1), "depth": check_int("depths[i]", d, low=1),
+             "lr": lr} for kind in settings["kinds"] for w in settings["widths"]
+            for d in settings["depths"] for lr in check_rates("lrs", settings["lrs"])]
+
+
 def matched_settings(grid: str, kinds: Sequence[str], depths: Sequence[int]) -> dict[str, Any]:
     """Sweep settings with the task and the training recipe of the training chapter's grid ``grid``
     (:data:`hoplib.training.sweep.GRIDS`: N, k, steps, learning rate, warm-up, width, heads, test samples),
     for ``kinds`` at ``depths``: models trained with them compare with that grid's stored transformers at
     equal tuning effort (one learning rate, the transformers'), and the two runs cannot drift apart."""
-    from hoplib._book.validate import check_choice
     from hoplib.training.sweep import GRIDS
 
     g = GRIDS[check_choice("grid", grid, tuple(GRIDS))]

@@ -21,10 +21,10 @@ import torch
 from hoplib._book.pool import add_run_options, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
-from hoplib._book.validate import check_choice, check_int, check_rates
+from hoplib._book.validate import check_int
 from hoplib.lower_bounds import efficient as eff
 from hoplib.lower_bounds.experiments import best_error, recall, solved_up_to, text_table
-from hoplib.lower_bounds.sweep import BATCH_SIZE, matched_settings, sweep_points
+from hoplib.lower_bounds.sweep import BATCH_SIZE, grid_points, matched_settings, sweep_points
 from hoplib.report import ErrorRecord
 from hoplib.tasks import HopTask
 
@@ -173,13 +173,9 @@ def locality_table(found: Mapping[str, Any]) -> Table:
 
 
 def matched_grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The matched sweep's points (kind, width, depth, learning rate), in that order of nesting."""
-    missing = [key for key in MATCHED_KEYS if key not in settings]
-    if missing:
-        raise ValueError(f"settings lack {missing}")
-    return [{"kind": check_choice("kinds[i]", kind, KINDS), "d_model": check_int("widths[i]", w, low=1),
-             "depth": check_int("depths[i]", d, low=1), "lr": lr} for kind in settings["kinds"]
-            for w in settings["widths"] for d in settings["depths"] for lr in check_rates("lrs", settings["lrs"])]
+    """The matched sweep's points (kind, width, depth, learning rate), in that order of nesting
+    (:func:`hoplib.lower_bounds.sweep.grid_points`)."""
+    return grid_points(settings, MATCHED_KEYS, KINDS)
 
 
 def matched_sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0,

@@ -21,7 +21,7 @@ import torch
 from hoplib._book.pool import add_run_options, run_device, store_sweep
 from hoplib._book.tables import Table
 from hoplib._book.timing import Job
-from hoplib._book.validate import check_choice, check_int, check_rates
+from hoplib._book.validate import check_int
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
@@ -36,7 +36,7 @@ from hoplib.lower_bounds.experiments import (
     settings_text,
     text_table,
 )
-from hoplib.lower_bounds.sweep import BATCH_SIZE, best_lr, matched_settings, sweep_points
+from hoplib.lower_bounds.sweep import BATCH_SIZE, best_lr, grid_points, matched_settings, sweep_points
 from hoplib.report import ErrorRecord, error_table
 from hoplib.tasks import HopTask, hop
 
@@ -158,15 +158,9 @@ def check_constructions(ks: Sequence[int], *, seed: int = 0, prefix_ks: Sequence
 
 
 def train_grid(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The training sweep's points (kind, width, depth, learning rate), in that order of nesting."""
-    missing = [key for key in TRAIN_KEYS if key not in settings]
-    if missing:
-        raise ValueError(f"settings lack {missing}")
-    for kind in settings["kinds"]:
-        check_choice("kinds[i]", kind, KINDS)
-    return [{"kind": kind, "d_model": check_int("widths[i]", w, low=1), "depth": check_int("depths[i]", d, low=1),
-             "lr": lr} for kind in settings["kinds"] for w in settings["widths"]
-            for d in settings["depths"] for lr in check_rates("lrs", settings["lrs"])]
+    """The training sweep's points (kind, width, depth, learning rate), in that order of nesting
+    (:func:`hoplib.lower_bounds.sweep.grid_points`)."""
+    return grid_points(settings, TRAIN_KEYS, KINDS)
 
 
 def sweep(task: HopTask, settings: Mapping[str, Any], *, seed: int = 0, device: str | torch.device = "auto",
