@@ -585,6 +585,23 @@ def test_rnn_plot_reach_draws_every_group_and_both_constructions_legibly():
         rnn_ex.plot_reach({}, max_hops=4)
 
 
+def test_plot_groups_draws_one_panel_per_depth_and_one_curve_per_group_legibly():
+    from hoplib.plots import check_legible
+
+    rows = [{"kind": kind, "depth": d, "k": k, "error": 0.1 * k} for kind in ("a", "b") for d in (3, 5)
+            for k in range(4)]
+    groups = {f"model {kind}": [r for r in lbx.error_records(rows) if r.family == kind] for kind in ("a", "b")}
+    fig = lbx.plot_groups(groups, [3, 5], title="t")
+    assert [ax.get_title() for ax in fig.axes] == ["depth L = 3", "depth L = 5"]
+    assert fig.axes[1].get_legend_handles_labels()[1] == ["model a", "model b"]
+    assert [len(line.get_xdata()) for line in fig.axes[0].lines[:2]] == [3, 3]  # k = 1..3; k = 0 is left out
+    assert check_legible(fig) >= 11
+    with pytest.raises(ValueError, match="depth 4"):
+        lbx.plot_groups(groups, [4])
+    with pytest.raises(ValueError):
+        lbx.plot_groups({}, [3])
+
+
 def test_rnn_matched_settings_follow_the_training_grid_and_the_cli_stores_them_as_their_own_part(
         tmp_path, monkeypatch):
     from hoplib.training.sweep import GRIDS

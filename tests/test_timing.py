@@ -63,6 +63,7 @@ def test_tables_print_as_text_and_render_as_html_with_their_caption():
     table = Table(["a", "b<"], [["1", "22"]], caption="Sizes")
     assert str(table).splitlines() == ["Sizes", "a  b<", "1  22"]
     assert "<caption>Sizes</caption>" in table._repr_html_() and "b&lt;" in table._repr_html_()
+    assert table._repr_html_().count('style="padding') == 4  # every cell: columns never run together
     assert repr(table) == str(table)  # a notebook's text/plain (the PDF) shows the table, not a quoted string
     from IPython.lib.pretty import pretty
 

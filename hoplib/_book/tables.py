@@ -36,9 +36,11 @@ class Table(str):
 
 
 def html_table(header: Sequence[str], body: Sequence[Sequence[Any]], caption: str = "") -> str:
-    """An escaped HTML table, with an optional caption."""
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in b) + "</tr>" for b in body)
+    """An escaped HTML table, with an optional caption; every cell carries its own padding, so columns stay
+    apart wherever the table is shown (the book's theme, Jupyter, Colab)."""
+    pad = ' style="padding: 0.2em 0.7em"'
+    head = "".join(f"<th{pad}>{html.escape(str(c))}</th>" for c in header)
+    rows = "".join("<tr>" + "".join(f"<td{pad}>{html.escape(str(v))}</td>" for v in b) + "</tr>" for b in body)
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f'<table class="hoplib-table">{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 

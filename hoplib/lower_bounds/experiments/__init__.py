@@ -196,6 +196,36 @@ def plot_families(records: Sequence[ErrorRecord], order: Sequence[str] = (), *, 
     return fig
 
 
+def plot_groups(groups: Mapping[str, Sequence[ErrorRecord]], depths: Sequence[int], *,
+                threshold: float = THRESHOLD, title: str = ""):
+    """Error against k, one panel per depth in ``depths`` and one curve per group of records (one family,
+    one run per depth, as for :func:`reach_table`), with the ``threshold`` line; returns the figure. For
+    comparing models that differ in one setting at the same depths."""
+    import matplotlib.pyplot as plt
+
+    from hoplib.plots import integer_ticks
+
+    if not groups or not depths:
+        raise ValueError("groups and depths must be non-empty")
+    fig, axes = plt.subplots(1, len(depths), figsize=(3.6 * len(depths) + 1.0, 3.1), sharey=True, squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    for ax, depth in zip(axes[0], depths, strict=True):
+        for i, (label, recs) in enumerate(groups.items()):
+            pts = sorted((r.k, r.error) for r in recs if r.depth == depth and r.k >= 1)
+            if not pts:
+                raise ValueError(f"group {label!r} has no records at depth {depth}")
+            ax.plot(*zip(*pts, strict=True), marker="o", ms=3.5, ls=styles[i % 4], color=f"C{i}", label=label)
+        ax.axhline(threshold, color="0.5", lw=1, ls=":")
+        ax.set(xlabel="k (hops)", title=f"depth L = {depth}", ylim=(-0.02, 1.0))
+        integer_ticks(ax, "x")
+    axes[0][0].set_ylabel("test error")
+    axes[0][-1].legend(loc="upper left")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def settings_text(settings: Mapping[str, Any]) -> str:
     """A stored depth sweep's settings in words, for a chapter's prose, e.g. ``"width 64, depths 1 to 4,
     N = 32, k ≤ 4, 4,000 steps, learning rates 0.001 and 0.003"``."""
@@ -287,6 +317,6 @@ def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, thresho
 
 
 __all__ = ["THRESHOLD", "Table", "best_error", "check_stored_settings", "depth_needed", "depth_text", "error_records",
-           "error_text", "families", "html_table", "part_settings", "plot_families", "plot_reach", "reach_summary",
-           "reach_table", "reach_text", "reference_groups", "settings_mismatch", "settings_text", "solved_up_to",
-           "text_table"]
+           "error_text", "families", "html_table", "part_settings", "plot_families", "plot_groups", "plot_reach",
+           "reach_summary", "reach_table", "reach_text", "reference_groups", "settings_mismatch", "settings_text",
+           "solved_up_to", "text_table"]
