@@ -480,6 +480,17 @@ def test_edge_sweep_cli_control_run_records_its_steps_and_subset(tmp_path):
     assert json.loads(deeper.read_text())["parameters"]["pair_depths"] == [1, 4]
 
 
+def test_budget_text_puts_each_training_length_on_a_row_and_each_depth_in_a_column():
+    row = {"D": 16, "edge_accuracy": 0.6, "accuracy": 0.5}
+    rows = [{**row, "depth": 4, "steps": 12000}, {**row, "depth": 4, "steps": 24000, "accuracy": 0.95},
+            {**row, "depth": 6, "steps": 24000}, {**row, "D": 8, "depth": 1, "steps": 12000}]
+    table = gnn_ex.budget_text(rows, 16)
+    assert table.header == ["steps", "depth 4", "depth 6"]
+    assert table.body == [["12,000", "0.500 (0.60)", "-"], ["24,000", "0.950 (0.60)", "0.500 (0.60)"]]
+    with pytest.raises(ValueError, match="D = 32"):
+        gnn_ex.budget_text(rows, 32)
+
+
 def test_edge_sweep_cli_rejects_bad_arguments_before_any_work(tmp_path, capsys):
     from hoplib._book.cli import run_cli
 

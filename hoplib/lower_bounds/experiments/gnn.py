@@ -264,6 +264,22 @@ def edge_text(rows: Sequence[Mapping[str, Any]]) -> Table:
                  caption="accuracy at t (edge accuracy)")
 
 
+def budget_text(rows: Sequence[Mapping[str, Any]], diameter: int) -> Table:
+    """The edge-set models of one diameter, from any number of runs, as a :class:`Table`: one row per training
+    length (steps), one column per depth, connectivity accuracy at t (edge accuracy in brackets); ``-`` where
+    no run trained that pair. Shows what longer training and more layers each bring."""
+    sel = [r for r in rows if int(r["D"]) == diameter]
+    if not sel:
+        raise ValueError(f"no rows with D = {diameter}")
+    depths = sorted({int(r["depth"]) for r in sel})
+    cells: dict[int, dict[int, str]] = {}
+    for r in sel:
+        cells.setdefault(int(r["steps"]), {})[int(r["depth"])] = f"{r['accuracy']:.3f} ({r['edge_accuracy']:.2f})"
+    return Table(["steps", *(f"depth {d}" for d in depths)],
+                 [[f"{steps:,}", *(row.get(d, "-") for d in depths)] for steps, row in sorted(cells.items())],
+                 caption=f"D = {diameter}: accuracy at t (edge accuracy)")
+
+
 def plot_edge_sweep(rows: Sequence[Mapping[str, Any]], threshold: float, title: str = "edge-set transformer"):
     """Left (titled ``title``): connectivity accuracy against depth, one colour per D, one line style per
     family. Right: the smallest depth reaching ``threshold`` against D (log axis), with the ``ceil(log2 D)``
@@ -355,7 +371,8 @@ def main(argv: list[str] | None = None) -> Path:
     return store_sweep(path, params, run, device=device, workers=args.workers, overwrite=args.overwrite)
 
 
-__all__ = ["EDGE_KEYS", "PAIR_KEYS", "PARTS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "depth_vs_diameter",
+__all__ = ["EDGE_KEYS", "PAIR_KEYS", "PARTS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "budget_text",
+           "depth_vs_diameter",
            "edge_depths_needed", "edge_points", "edge_summary", "edge_sweep", "edge_text", "learned_summary",
            "learned_sweep", "learned_text", "locality_table", "plot_edge_sweep", "plot_structure", "sweep_settings",
            "same_output_when_source_moves", "structure_holds", "train_edge_point", "main"]
