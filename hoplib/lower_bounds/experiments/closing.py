@@ -65,9 +65,10 @@ def _trained(learned: Sequence[Mapping[str, Any]], threshold: float, model: str)
     parts = []
     for fam in dict.fromkeys(r["family"] for r in learned):
         for d in sorted({r["D"] for r in learned if r["family"] == fam and r["model"] == model}):
-            ok = [r["depth"] for r in learned if (r["family"], r["D"], r["model"]) == (fam, d, model)
-                  and r["accuracy"] >= threshold]
-            parts.append(f"{fam} D={d}: {f'L={min(ok)}' if ok else 'none'}")
+            tried = [r for r in learned if (r["family"], r["D"], r["model"]) == (fam, d, model)]
+            ok = [r["depth"] for r in tried if r["accuracy"] >= threshold]
+            deepest = max(r["depth"] for r in tried)
+            parts.append(f"{fam} D={d}: {f'L={min(ok)}' if ok else f'none up to L={deepest}'}")
     return f"trained, smallest depth with accuracy ≥ {threshold}: " + "; ".join(parts)
 
 
