@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -157,7 +157,7 @@ def best_lr(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def grid_points(settings: dict[str, Any], keys: Sequence[str], kinds: Sequence[str]) -> list[dict[str, Any]]:
+def grid_points(settings: Mapping[str, Any], keys: Sequence[str], kinds: Sequence[str]) -> list[dict[str, Any]]:
     """The points of a sweep (kind, width, depth, learning rate), in that order of nesting, from settings
     that must hold every one of ``keys``; each kind must be one of ``kinds``, each width and depth a positive
     integer and each learning rate positive (``ValueError`` otherwise)."""
@@ -166,9 +166,11 @@ def grid_points(settings: dict[str, Any], keys: Sequence[str], kinds: Sequence[s
         raise ValueError(f"settings lack {missing}")
     for kind in settings["kinds"]:
         check_choice("kinds[i]", kind, tuple(kinds))
-    return [{"kind": kind, "d_model": check_int("widths[i]", w, low=1), "depth": check_int("depths[i]", d, low=1),
-             "lr": lr} for kind in settings["kinds"] for w in settings["widths"]
-            for d in settings["depths"] for lr in check_rates("lrs", settings["lrs"])]
+    widths = [check_int("widths[i]", w, low=1) for w in settings["widths"]]
+    depths = [check_int("depths[i]", d, low=1) for d in settings["depths"]]
+    rates = check_rates("lrs", settings["lrs"])
+    return [{"kind": kind, "d_model": w, "depth": d, "lr": lr}
+            for kind in settings["kinds"] for w in widths for d in depths for lr in rates]
 
 
 def matched_settings(grid: str, kinds: Sequence[str], depths: Sequence[int]) -> dict[str, Any]:

@@ -372,10 +372,10 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 __all__ = ["EDGE_KEYS", "PAIR_KEYS", "PARTS", "PROFILES", "STRUCTURE_KEYS", "TRAIN_KEYS", "budget_text",
-           "depth_vs_diameter",
-           "edge_depths_needed", "edge_points", "edge_summary", "edge_sweep", "edge_text", "learned_summary",
-           "learned_sweep", "learned_text", "locality_table", "plot_edge_sweep", "plot_structure", "sweep_settings",
-           "same_output_when_source_moves", "structure_holds", "train_edge_point", "main"]
+           "depth_vs_diameter", "edge_depths_needed", "edge_points", "edge_summary", "edge_sweep", "edge_text",
+           "learned_summary", "learned_sweep", "learned_text", "locality_table", "main", "plot_edge_sweep",
+           "plot_structure", "same_output_when_source_moves", "structure_holds", "sweep_settings",
+           "train_edge_point"]
 
 
 if __name__ == "__main__":
