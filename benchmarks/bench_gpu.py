@@ -7,11 +7,11 @@ AdamW's fused kernel happen inside) and of ``hoplib.train.fit_ensemble`` (E stac
 call, from the training loop's own clock (which ends on a host copy of the losses, i.e. after the GPU has
 finished). Fresh samples every step (the costlier data regime). Then, as the budget allows: E models side by
 side in P processes (each its own ``fit_ensemble``, timed together after a file barrier) and
-``fit(compile=True)``. ``hoplib.training.sweep --ensemble`` trains a group of one model (m = 256 in the paper grid)
+``fit(compile=True)``. ``scripts/run_training.py --ensemble`` trains a group of one model (m = 256 in the paper grid)
 with ``fit``, so such groups are projected at ``fit``'s speed.
 
 Per measurement: steps/s per model, model-steps/s (= E x steps/s, summed over processes), TFLOP/s from
-:func:`hoplib.training.flops.train_flops_per_step` (matrix products only) and that as a fraction of the GPU's dense bf16
+:func:`train_flops_per_step` (matrix products only) and that as a fraction of the GPU's dense bf16
 peak, both the datasheet's (``DATASHEET_BF16_TFLOPS``) and one measured here with a large bf16 matrix product.
 Then the paper grid's projected wall time (its runs x their steps / measured throughput): one run at a time
 (``hoplib.training.sweep`` without ``--ensemble``), one ensemble per architecture (``--ensemble``), and those ensembles
@@ -43,7 +43,6 @@ from hoplib._book.provenance import save_results
 from hoplib.models import count_parameters
 from hoplib.train import RunConfig, fit, fit_ensemble
 from hoplib.training import sweep
-from hoplib.training.flops import train_flops_per_step
 from hoplib.training.sweep import Grid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +54,41 @@ DATASHEET_BF16_TFLOPS = {"H200 NVL": 835.0, "H200": 989.4, "H100 NVL": 835.0, "H
                          "V100": 125.0}
 TINY_GRID = Grid(depths=(1, 2), widths=((16, 2), (32, 4)), n_trains=(64, None), exclude=((32, 64),),
                  settings=dict(seq_len=12, max_hops=3, steps=1000, batch_size=8, head="layernorm", dropout=0.1))
+
+
+# --------------------------------------------------------------------------- FLOP count
+# The standard count (Kaplan et al. 2020; Chinchilla, Appendix F; PaLM, Appendix B): an (a x b) by (b x c)
+# product costs 2abc FLOPs, so a forward pass over D = B * T tokens costs 2 * N_mm * D + L * 2 * 2 * B * T^2 * m,
+# where N_mm counts the weights in matrix products (12 m^2 per layer: QKV 3m^2, attention output m^2, MLP 8m^2;
+# plus the linear unembedding m * C) and the second term is Q K^T and A V over the full T x T square (as SDPA's
+# kernels and torch.utils.flop_counter count it). Backward costs twice the forward: a step is 3 x forward.
+# Left out: biases, LayerNorm, GELU, softmax, dropout, embeddings, the loss and the optimiser (a few percent).
+def matmul_parameters(config) -> int:
+    """N_mm: weights of ``config``'s model (a GPTConfig, or a GPT / GPTEnsemble) that enter matrix products."""
+    config = _config(config)
+    unembed = config.d_model * config.num_classes if config.head == "linear" else 0
+    return config.depth * 12 * config.d_model**2 + unembed
+
+
+def forward_flops(config, batch_size: int, seq_len: int) -> int:
+    """Matrix-product FLOPs of one forward pass over ``batch_size`` sequences of ``seq_len`` tokens."""
+    config = _config(config)
+    attention = config.depth * 4 * batch_size * seq_len**2 * config.d_model
+    return 2 * matmul_parameters(config) * batch_size * seq_len + attention
+
+
+def train_flops_per_step(config, batch_size: int, seq_len: int) -> int:
+    """Matrix-product FLOPs of one training step (forward + backward = 3 x forward) of one model."""
+    return 3 * forward_flops(config, batch_size, seq_len)
+
+
+def _config(config):
+    from hoplib.models import GPTConfig
+
+    config = config if isinstance(config, GPTConfig) else config.config
+    if config.attention.name not in ("softmax", "longformer"):  # Performer's kernel attention is not counted
+        raise ValueError(f"only softmax and Longformer attention are counted, got {config.attention.name!r}")
+    return config
 
 
 def datasheet_peak(name: str) -> tuple[str | None, float | None]:

@@ -1,39 +1,21 @@
 """The authors' released checkpoints, loaded into :class:`hoplib.models.GPT` and re-evaluated with hoplib.
 
-Section 4.2 and Appendix G of the paper train GPT-2 transformers on hop_k; the authors' repository
-``chsanford/hop-induction-heads`` (commit :data:`COMMIT`) holds the step-100000 weights of those models in
-``models/induction_hops_full_seq/<name>/model_100000.pt``: HuggingFace ``GPT2Model`` state dicts of their
-``GPT2Encoder`` wrapper (keys ``backbone.<GPT2Model key>``, ``Conv1D`` weights stored as (in, out)), saved from
-Apple MPS tensors, so they load only with a CPU ``map_location``. Their model has no output layer: the final
-LayerNorm's output is the logit vector (paper-spec section 7), which is ``head="layernorm"`` in hoplib.
-
-This module
-
-* lists the released models (:func:`names`, :data:`RELEASED`), fetches one from GitHub into a local cache and
-  checks its hash (:func:`download`), or copies it out of a local clone (:func:`extract_from_git`);
-* converts a checkpoint into a hoplib GPT with exactly its weights (:func:`load_checkpoint`, :func:`load`);
-* re-evaluates a model with hoplib's own data and metrics, per-k errors (Section 4.2) and the head alignment
-  scores of Appendix G.4 (:func:`evaluate_model`), and with dropout left on, as the authors' evaluation ran
-  (:func:`per_k_error_dropout`);
-* compares re-evaluated and published errors (:func:`published_errors`, :func:`comparison_table`), finds the
-  empirical depth threshold per k and the formula it follows, ⌊log₂k⌋+2 or ⌈log₂k⌉+2 (Theorem 4.2 and its
-  matching bound; :func:`depth_thresholds`), and draws the alignment heatmap (:func:`plot_alignment`);
-* reads the stored re-evaluations back for the book (:func:`load_stored_results`) and summarises them
-  (:func:`wide_table`, :func:`difference_summary`, :func:`plot_errors`, :func:`best_pattern_table`).
-
-The weights are never copied into the book's repository (the authors' repository has no licence file): they
-live in :func:`resolve_cache`, ``~/.cache/hoplib/released`` unless ``$HOPLIB_RELEASED_CACHE`` or an argument says
-otherwise. The repository also lists depth-6 and width-8 models; they are listed here with their git blob ids,
-so :func:`download` can verify them too, but no SHA-256 of them was available when this module was written.
+The authors' repository ``chsanford/hop-induction-heads`` (commit :data:`COMMIT`) holds their step-100000
+weights: HuggingFace ``GPT2Model`` state dicts under ``backbone.``, whose final LayerNorm output is the logit
+vector (``head="layernorm"`` in hoplib). :func:`download` or :func:`extract_from_git` caches one (hash
+checked; never in this repository, which has no licence to copy them), :func:`load` converts it weight for
+weight, :func:`evaluate_model` scores it with dropout off and on (the authors' evaluation never called
+``.eval()``) and with the head alignment of Appendix G.4.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import json
 import math
 import os
 import subprocess
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,11 +24,9 @@ from urllib.request import urlopen
 
 import torch
 
-from hoplib import evaluate
+from hoplib import evaluate, report
 from hoplib._book.device import get_device
-from hoplib._book.validate import check_choice, check_int
 from hoplib.models import GPT, GPTConfig
-from hoplib.report import chance_error, depth_ceil, depth_floor
 from hoplib.tasks import HopTask
 
 REPOSITORY = "chsanford/hop-induction-heads"
@@ -129,7 +109,6 @@ class ReleasedModel:
 
     @property
     def url(self) -> str:
-        """The raw GitHub URL of the file at :data:`COMMIT`."""
         return f"https://raw.githubusercontent.com/{REPOSITORY}/{COMMIT}/{self.path}"
 
     @property
@@ -163,11 +142,6 @@ def names() -> list[str]:
 
 
 def info(name: str) -> ReleasedModel:
-    """The :class:`ReleasedModel` called ``name`` (a ``ValueError`` lists the names for an unknown one)."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a string, got {type(name).__name__}")
-    if name not in RELEASED:
-        raise ValueError(f"name must be one of the released models {names()}, got {name!r}")
     return RELEASED[name]
 
 
@@ -178,25 +152,21 @@ def released_task() -> HopTask:
 
 # --------------------------------------------------------------------------- cache, hashes, download
 def resolve_cache(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where checkpoints are kept: ``cache_dir``, else ``$HOPLIB_RELEASED_CACHE``, else ``~/.cache/hoplib/released``."""
+    """``cache_dir``, else ``$HOPLIB_RELEASED_CACHE``, else ``~/.cache/hoplib/released``."""
     if cache_dir is not None:
-        if not isinstance(cache_dir, (str, os.PathLike)):
-            raise TypeError(f"cache_dir must be a path, got {type(cache_dir).__name__}")
         return Path(cache_dir).expanduser()
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "hoplib" / "released"
 
 
 def cached_path(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """The cache file of model ``name``: ``<cache>/<name>.pt`` (it may not exist; see :func:`resolve_cache`)."""
     return resolve_cache(cache_dir) / f"{info(name).name}.pt"
 
 
 def file_digests(path: str | os.PathLike) -> dict[str, str]:
-    """``{"sha256": ..., "git_blob": ...}`` of a file (the git blob id is SHA-1 of ``"blob <size>\\0" + bytes``)."""
+    """``{"sha256", "git_blob"}`` of a file (the git blob id is SHA-1 of ``"blob <size>\\0" + bytes``)."""
     path = Path(path)
-    sha256 = hashlib.sha256()
-    blob = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    sha256, blob = hashlib.sha256(), hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             sha256.update(chunk)
@@ -205,13 +175,9 @@ def file_digests(path: str | os.PathLike) -> dict[str, str]:
 
 
 def verify(path: str | os.PathLike, name: str) -> str:
-    """Check that ``path`` holds the released file ``name``: its SHA-256 (:data:`SHA256`), else its git blob id.
-
-    Returns the file's SHA-256; raises ``ValueError`` naming the file on a mismatch.
-    """
-    info(name)
-    digests = file_digests(path)
-    want = SHA256.get(name)
+    """Check that ``path`` holds the released file ``name`` (its SHA-256, else its git blob id); return its
+    SHA-256, or raise ``ValueError`` naming the file."""
+    digests, want = file_digests(path), SHA256.get(name)
     if want is not None and digests["sha256"] != want:
         raise ValueError(f"{path} is not the released {name}: sha256 {digests['sha256']}, expected {want}")
     if want is None and digests["git_blob"] != GIT_BLOB[name]:
@@ -229,39 +195,32 @@ def _is_verified(path: Path, name: str) -> bool:
 
 
 def available(cache_dir: str | os.PathLike | None = None) -> list[str]:
-    """Names of the released models present in the cache with the right hash, in the order of :func:`names`."""
+    """Names of the released models present in the cache with the right hash."""
     return [n for n in RELEASED if (p := cached_path(n, cache_dir)).is_file() and _is_verified(p, n)]
 
 
-def _store(data_path: Path, name: str, target: Path) -> Path:
-    """Verify the temporary file ``data_path`` and move it onto ``target`` atomically (it is removed on failure)."""
+def _cache_slot(name: str, cache_dir: str | os.PathLike | None) -> tuple[ReleasedModel, Path, Path | None]:
+    """``(model, cached path, temporary path to write to)``; no temporary path when a verified copy exists."""
+    target = cached_path(name, cache_dir)
+    if target.is_file() and _is_verified(target, name):
+        return info(name), target, None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return info(name), target, target.with_name(f".{target.name}.part")
+
+
+def _store(tmp: Path, name: str, target: Path) -> Path:
+    """Verify the temporary file and move it onto ``target`` atomically (it is removed on failure)."""
     try:
-        verify(data_path, name)
-        os.replace(data_path, target)
+        verify(tmp, name)
+        os.replace(tmp, target)
     finally:
-        if data_path.exists():
-            data_path.unlink()
+        tmp.unlink(missing_ok=True)
     return target
 
 
-def _cache_slot(name: str, cache_dir: str | os.PathLike | None) -> tuple[ReleasedModel, Path, Path | None]:
-    """``(model, cached path, temporary path to write to)``; the temporary path is None when a verified copy
-    is already cached."""
-    model = info(name)
-    target = cached_path(name, cache_dir)
-    if target.is_file() and _is_verified(target, name):
-        return model, target, None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return model, target, target.with_name(f".{target.name}.part")
-
-
 def download(name: str, cache_dir: str | os.PathLike | None = None, *, timeout: float = 60.0) -> Path:
-    """Fetch released model ``name`` from GitHub (raw file at :data:`COMMIT`) into the cache; return its path.
-
-    A file already cached with the right hash is returned without touching the network. The download goes to a
-    temporary file, is verified (:func:`verify`) and renamed into place. Without network access this raises
-    ``ConnectionError`` in one line, saying what to do instead.
-    """
+    """Fetch released model ``name`` from GitHub into the cache (verified, then renamed into place); a copy
+    already cached with the right hash is returned without the network."""
     model, target, tmp = _cache_slot(name, cache_dir)
     if tmp is None:
         return target
@@ -270,39 +229,28 @@ def download(name: str, cache_dir: str | os.PathLike | None = None, *, timeout: 
             for chunk in iter(lambda: response.read(1 << 20), b""):
                 fh.write(chunk)
     except (URLError, OSError) as exc:
-        if tmp.exists():
-            tmp.unlink()
-        reason = getattr(exc, "reason", exc)
-        raise ConnectionError(f"cannot download {name} from {model.url} (no network? {reason}); copy the file "
-                              f"to {target} or use hoplib.released.extract_from_git on a clone") from None
+        tmp.unlink(missing_ok=True)
+        raise ConnectionError(f"cannot download {name} from {model.url} (no network? "
+                              f"{getattr(exc, 'reason', exc)}); copy the file to {target} or use "
+                              "hoplib.released.extract_from_git on a clone") from None
     return _store(tmp, name, target)
 
 
 def extract_from_git(git_dir: str | os.PathLike, name: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Copy released model ``name`` out of a local clone (bare or not) of the authors' repository into the cache.
-
-    Reads ``<COMMIT>:<path>`` with ``git show``; the file is verified like a download. Raises ``ValueError``
-    when the clone lacks the commit or the file.
-    """
+    """Copy released model ``name`` out of a local clone (bare or not) of the authors' repository into the
+    cache, verified like a download; ``ValueError`` when the clone lacks the commit or the file."""
     model, target, tmp = _cache_slot(name, cache_dir)
     if tmp is None:
         return target
+    git = Path(git_dir).expanduser()
+    git = git / ".git" if (git / ".git").is_dir() else git
     with tmp.open("wb") as fh:
-        proc = subprocess.run(["git", "--git-dir", str(_git_dir(git_dir)), "show", f"{COMMIT}:{model.path}"],
+        proc = subprocess.run(["git", "--git-dir", str(git), "show", f"{COMMIT}:{model.path}"],
                               stdout=fh, stderr=subprocess.PIPE, check=False)
     if proc.returncode != 0:
         tmp.unlink()
         raise ValueError(f"{git_dir} has no {model.path} at {COMMIT[:8]}: {proc.stderr.decode().strip()}")
     return _store(tmp, name, target)
-
-
-def _git_dir(path: str | os.PathLike) -> Path:
-    path = Path(path).expanduser()
-    if (path / ".git").is_dir():
-        return path / ".git"
-    if not (path / "objects").is_dir():
-        raise ValueError(f"{path} is not a git repository (no objects/ or .git/ folder)")
-    return path
 
 
 # --------------------------------------------------------------------------- loading
@@ -323,41 +271,30 @@ def convert_state_dict(state: dict, heads: int, *, source: str = "state dict",
                        dropout: float = DROPOUT) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
     """Map a ``GPT2Encoder`` state dict (``backbone.`` + HuggingFace ``GPT2Model`` keys) to hoplib's GPT.
 
-    Returns ``(config, state)`` for :class:`hoplib.models.GPT` with the LayerNorm head. Depth, width, embedding
-    rows and positions are read from the tensors; ``heads`` cannot be and must be given. Every tensor must be
-    used (only the causal-mask buffers ``attn.bias``/``attn.masked_bias`` are skipped), finite and of the right
-    shape; otherwise a ``ValueError`` names ``source`` and the key.
+    Returns ``(config, state)`` for :class:`hoplib.models.GPT` with the LayerNorm head; depth, width,
+    embedding rows and positions come from the tensors, ``heads`` must be given. Every tensor must be used
+    (only the causal-mask buffers are skipped), finite and of the right shape; otherwise a ``ValueError``
+    names ``source`` and the key: a checkpoint of another configuration must not load half-way.
     """
-    heads = check_int("heads", heads, low=1)
     if not isinstance(state, dict) or not state:
         raise ValueError(f"{source} is not a checkpoint: expected a non-empty state dict, got {type(state).__name__}")
     hf = {}
     for key, val in state.items():
-        if not isinstance(key, str) or not key.startswith("backbone."):
-            raise ValueError(f"{source}: unexpected key {key!r} (the authors' keys start with 'backbone.')")
-        if not isinstance(val, torch.Tensor):
-            raise ValueError(f"{source}: {key} is a {type(val).__name__}, not a tensor")
+        if not isinstance(key, str) or not key.startswith("backbone.") or not isinstance(val, torch.Tensor):
+            raise ValueError(f"{source}: unexpected key {key!r} or not a tensor (the authors' keys start with "
+                             "'backbone.')")
         if not key.endswith(_BUFFERS):
             hf[key.removeprefix("backbone.")] = val
-    for key in _TOP_KEYS:
-        if key not in hf:
-            raise ValueError(f"{source}: missing key backbone.{key}")
-    rows, m = hf["wte.weight"].shape if hf["wte.weight"].dim() == 2 else (0, 0)
-    if not m or hf["wpe.weight"].dim() != 2:
-        raise ValueError(f"{source}: backbone.wte.weight and backbone.wpe.weight must be 2-D")
+    if missing := [k for k in _TOP_KEYS if k not in hf]:
+        raise ValueError(f"{source}: missing key backbone.{missing[0]}")
+    rows, m = hf["wte.weight"].shape
     depth = 0
     while f"h.{depth}.ln_1.weight" in hf:
         depth += 1
-    if depth == 0:
-        raise ValueError(f"{source}: no transformer blocks (backbone.h.0.ln_1.weight is missing)")
-    if m % heads:
-        raise ValueError(f"{source}: width {m} is not a multiple of heads = {heads}")
+    if depth == 0 or m % heads:
+        raise ValueError(f"{source}: no transformer blocks, or width {m} not a multiple of heads = {heads}")
     cfg = GPTConfig(vocab_size=rows, n_positions=hf["wpe.weight"].shape[0], depth=depth, d_model=m, heads=heads,
                     dropout=dropout, head="layernorm")
-    return cfg, _mapped(hf, cfg, source)
-
-
-def _mapped(hf: dict[str, torch.Tensor], cfg: GPTConfig, source: str) -> dict[str, torch.Tensor]:
     want = GPT(cfg).state_dict()
     out: dict[str, torch.Tensor] = {}
     pairs = [(k, v, False) for k, v in _TOP_KEYS.items()]
@@ -376,37 +313,29 @@ def _mapped(hf: dict[str, torch.Tensor], cfg: GPTConfig, source: str) -> dict[st
     if hf:
         raise ValueError(f"{source}: unused keys {sorted('backbone.' + k for k in hf)[:5]} "
                          f"(a deeper or different model?)")
-    return out
-
-
-def _heads_of(path: Path) -> int:
-    digests = file_digests(path)
-    match = [n for n in RELEASED if digests["sha256"] == SHA256.get(n) or digests["git_blob"] == GIT_BLOB[n]]
-    if not match:
-        raise ValueError(f"{path} is not a released file with a known hash; pass heads= (the authors used "
-                         f"H = m / 32: 4 for m = 128, 8 for m = 256)")
-    return RELEASED[match[0]].heads
+    return cfg, out
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu", *,
                     heads: int | None = None) -> GPT:
-    """A hoplib :class:`~hoplib.models.GPT` (LayerNorm head, dropout 0.1, eval mode) with a released file's weights.
-
-    ``path`` is a ``model_100000.pt`` of the authors (or any state dict in their format). ``heads`` defaults to
-    that of the released model with the file's SHA-256; for other files it must be given. The file is read with
-    ``torch.load(..., map_location="cpu", weights_only=True)`` (the authors saved MPS tensors). Bad files (not
-    a checkpoint, missing or unused keys, wrong shapes, NaN) raise ``ValueError`` naming the file.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a file path, got {type(path).__name__}")
+    """A hoplib GPT (LayerNorm head, dropout 0.1, eval mode) with a released file's weights, read with
+    ``torch.load(..., map_location="cpu", weights_only=True)``. ``heads`` defaults to that of the released
+    model with the file's hash; for other files it must be given. Bad files raise ``ValueError``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if heads is None:
+        d = file_digests(path)
+        match = [n for n in RELEASED if d["sha256"] == SHA256.get(n) or d["git_blob"] == GIT_BLOB[n]]
+        if not match:
+            raise ValueError(f"{path} is not a released file with a known hash; pass heads= (the authors used "
+                             f"H = m / 32: 4 for m = 128, 8 for m = 256)")
+        heads = RELEASED[match[0]].heads
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds of errors on foreign files
         raise ValueError(f"{path} is not a torch checkpoint readable with weights_only=True: {exc}") from None
-    cfg, mapped = convert_state_dict(state, _heads_of(path) if heads is None else heads, source=str(path))
+    cfg, mapped = convert_state_dict(state, heads, source=str(path))
     model = GPT(cfg)
     model.load_state_dict(mapped, strict=True)
     return model.to(get_device(device)).eval()
@@ -425,28 +354,16 @@ def load(name: str, cache_dir: str | os.PathLike | None = None, device: str | to
 # --------------------------------------------------------------------------- evaluation
 @torch.no_grad()
 def per_k_error_dropout(model: GPT, task: HopTask, *, n_samples: int = 100, seed: int = 0, dropout_seed: int = 0,
-                        metric: str = "pooled", ks: Iterable[int] | None = None) -> dict[int, float]:
-    """Per-k error (Section 4.2) with the model in training mode, dropout on, as the authors' evaluation ran.
-
-    Their notebook never calls ``.eval()``, so the published errors were measured with dropout 0.1 active. Same
-    samples as :func:`hoplib.evaluate.per_k_error` (``seed + k``); the dropout masks come from ``dropout_seed``.
-    Data and masks are made on the model's device; the model's mode is restored.
-    """
-    if not isinstance(model, torch.nn.Module) or not isinstance(task, HopTask):
-        raise TypeError(f"model must be a torch.nn.Module and task a HopTask, got {type(model).__name__} and "
-                        f"{type(task).__name__}")
-    check_choice("metric", metric, evaluate.METRICS)
-    seed = check_int("seed", seed, low=0, high=2**30 - 1 - task.max_hops)
-    n_samples = check_int("n_samples", n_samples, low=1)
-    ks = (list(range(task.min_hops, task.max_hops + 1)) if ks is None
-          else [check_int("ks[i]", k, low=task.min_hops, high=task.max_hops) for k in ks])
-    dev = next(model.parameters()).device
-    was_training = model.training
+                        metric: str = "pooled", ks: list[int] | None = None) -> dict[int, float]:
+    """Per-k error with dropout on (the model in training mode), as the authors' evaluation ran. Same samples
+    as :func:`hoplib.evaluate.per_k_error`; the masks come from ``dropout_seed``; the mode is restored."""
+    ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
+    dev, was_training = next(model.parameters()).device, model.training
     out: dict[int, float] = {}
     try:
         model.train()
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-            torch.manual_seed(check_int("dropout_seed", dropout_seed, low=0))
+            torch.manual_seed(dropout_seed)
             for k in ks:
                 x, y = task.sample(n_samples, k=k, seed=seed + k, device=dev)
                 pred = torch.cat([model(x[i:i + 500]).argmax(-1) for i in range(0, n_samples, 500)])
@@ -457,17 +374,11 @@ def per_k_error_dropout(model: GPT, task: HopTask, *, n_samples: int = 100, seed
 
 
 def evaluate_model(model: GPT, *, n_samples: int = 500, n_dropout: int = 200, seed: int = 0,
-                   ks: Iterable[int] | None = None, n_align: int = 10, align_seed: int = 0,
+                   ks: list[int] | None = None, n_align: int = 10, align_seed: int = 0,
                    device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Re-evaluate a released model on hoplib's data: the JSON-ready ``data`` of ``results/released/<name>.json``.
-
-    ``errors``: ``{"paper", "pooled", "pooled_dropout"}`` each ``{k: error}`` (Section 4.2; the last with dropout
-    on and ``n_dropout`` samples per k, see :func:`per_k_error_dropout`); ``alignment``: Appendix G.4's scores
-    of every head against prev, find^0..16 and start for every k, from
-    :func:`hoplib.evaluate.best_find_per_head` on ``n_align`` samples per k (:func:`encode_alignment`).
-    """
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a hoplib.models.GPT, got {type(model).__name__}")
+    """The ``data`` of ``results/released/<name>.json``: ``errors`` ``{"paper", "pooled", "pooled_dropout"}``,
+    each ``{k: error}``, and ``alignment``, Appendix G.4's scores of every head against prev, find^0..16 and
+    start for every k (:func:`hoplib.evaluate.best_find_per_head`, stored by :func:`encode_alignment`)."""
     task = released_task()
     ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
     rows = evaluate.error_records(model, task, n_samples=n_samples, seed=seed, device=device, ks=ks)
@@ -479,11 +390,8 @@ def evaluate_model(model: GPT, *, n_samples: int = 500, n_dropout: int = 200, se
 
 
 def encode_alignment(table: dict[str, Any]) -> dict[str, Any]:
-    """Compact JSON form of :func:`hoplib.evaluate.best_find_per_head`'s scores: ``{"ks", "patterns",
-    "scores_permille"}``, the last a nested list [layer][head][k] of strings, each the P scores of one cell in
-    thousandths, space-separated, in the order of ``patterns`` (read back with :func:`decode_alignment`)."""
-    if not isinstance(table, dict) or not {"ks", "patterns", "scores"} <= set(table):
-        raise TypeError("table must be the dict returned by hoplib.evaluate.best_find_per_head")
+    """Compact JSON form of alignment scores: ``{"ks", "patterns", "scores_permille"}``, the last a nested
+    list [layer][head][k] of strings, each the P scores of one cell in thousandths, space-separated."""
     permille = torch.round(torch.as_tensor(table["scores"]).float().clamp(0, 1) * 1000).long().tolist()
     return {"ks": [int(k) for k in table["ks"]], "patterns": list(table["patterns"]),
             "scores_permille": [[[" ".join(map(str, cell)) for cell in head] for head in layer]
@@ -491,37 +399,37 @@ def encode_alignment(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_alignment(alignment: dict[str, Any]) -> torch.Tensor:
-    """The alignment scores (L, H, K, P) of a stored ``alignment`` entry (:func:`encode_alignment`), in [0, 1]."""
-    if not isinstance(alignment, dict) or not {"ks", "patterns", "scores_permille"} <= set(alignment):
-        raise TypeError("alignment must be the 'alignment' entry of a released results file")
+    """The alignment scores (L, H, K, P) of a stored ``alignment`` entry, in [0, 1]."""
     cells = [[[[int(v) for v in cell.split()] for cell in head] for head in layer]
              for layer in alignment["scores_permille"]]
-    scores = torch.tensor(cells, dtype=torch.float32) / 1000
-    if scores.dim() != 4 or scores.shape[2:] != (len(alignment["ks"]), len(alignment["patterns"])):
-        raise ValueError(f"alignment scores have shape {tuple(scores.shape)}, expected (L, H, "
-                         f"{len(alignment['ks'])}, {len(alignment['patterns'])})")
-    return scores
+    return torch.tensor(cells, dtype=torch.float32) / 1000
+
+
+def best_pattern_table(alignment: dict[str, Any], *, authors: bool = False,
+                       ks: list[int] | None = None) -> dict[str, Any]:
+    """The per-head best pattern for each k (the paper's Figures 14-15) from stored scores, in the format of
+    :func:`hoplib.evaluate.best_find_per_head`; ``authors=True`` lets only find^1..find^16 compete."""
+    all_scores, stored_ks = decode_alignment(alignment), [int(x) for x in alignment["ks"]]
+    ks = stored_ks if ks is None else [int(k) for k in ks]
+    names = list(alignment["patterns"])
+    keep = [i for i, n in enumerate(names) if not authors or (n.startswith("find^") and n != "find^0")]
+    scores = all_scores[:, :, [stored_ks.index(k) for k in ks]][..., keep]
+    best_score, best = scores.max(dim=-1)
+    return {"ks": ks, "patterns": [names[i] for i in keep], "scores": scores, "best": best,
+            "best_score": best_score}
 
 
 # --------------------------------------------------------------------------- comparison with the paper
 def published_errors(path: str | os.PathLike | None = None) -> dict[tuple[int, int, int], dict[int, float]]:
-    """The authors' published errors (their ``local/errors.json``, pooled metric, 100 samples per k, dropout on).
-
-    ``{(L, H, n_train): {k: error}}`` with n_train = -1 for fresh samples; read from ``path``, by default the
-    book's copy ``results/training/authors-errors.json`` (which wraps them under ``"errors"``).
-    """
-    import ast
-    import json
-
+    """The authors' published errors (pooled metric, 100 samples per k, dropout on) as ``{(L, H, n_train):
+    {k: error}}`` (n_train = -1: fresh samples), by default from the book's copy
+    ``results/training/authors-errors.json``."""
     from hoplib._book.results import results_dir
 
     path = Path(path) if path is not None else results_dir() / "training" / "authors-errors.json"
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    raw = raw.get("errors", raw) if isinstance(raw, dict) else raw
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path} is not an errors.json of the authors (a dict of '((L, H, n), k)' keys)")
     out: dict[tuple[int, int, int], dict[int, float]] = {}
-    for key, val in raw.items():
+    for key, val in raw.get("errors", raw).items():
         (depth, heads, n_train), k = ast.literal_eval(key)
         out.setdefault((depth, heads, n_train), {})[int(k)] = float(val)
     return {key: dict(sorted(row.items())) for key, row in sorted(out.items())}
@@ -529,256 +437,55 @@ def published_errors(path: str | os.PathLike | None = None) -> dict[tuple[int, i
 
 def comparison_table(reevaluated: dict[str, dict[str, Any]],
                      published: dict[tuple[int, int, int], dict[int, float]] | None = None):
-    """A pandas DataFrame, one row per (released model, k): published error beside hoplib's re-evaluation.
-
-    ``reevaluated`` maps model names to the ``data`` of their results files (:func:`evaluate_model`). Columns:
-    name, depth, d_model, heads, n_train (-1 = fresh samples), k, published, pooled, paper, pooled_dropout and
-    diff = pooled - published.
-    """
+    """A pandas DataFrame, one row per (released model, k): name, depth, d_model, heads, n_train (-1 = fresh
+    samples), k, published, pooled, paper, pooled_dropout and diff = pooled - published."""
     import pandas as pd
 
-    if not isinstance(reevaluated, dict):
-        raise TypeError(f"reevaluated must be a dict name -> results data, got {type(reevaluated).__name__}")
     published = published_errors() if published is None else published
     rows = []
     for name, data in reevaluated.items():
-        model = info(name)
+        model, errs = info(name), {m: {int(k): v for k, v in e.items()} for m, e in data["errors"].items()}
         pub = published.get(model.key, {})
-        errs = {m: {int(k): v for k, v in e.items()} for m, e in data["errors"].items()}
-        for k in sorted(errs["pooled"]):
-            rows.append({"name": name, "depth": model.depth, "d_model": model.d_model, "heads": model.heads,
-                         "n_train": model.key[2], "k": k, "published": pub.get(k, math.nan),
-                         **{m: errs[m].get(k, math.nan) for m in ("pooled", "paper", "pooled_dropout")}})
+        rows += [{"name": name, "depth": model.depth, "d_model": model.d_model, "heads": model.heads,
+                  "n_train": model.key[2], "k": k, "published": pub.get(k, math.nan),
+                  **{m: errs[m].get(k, math.nan) for m in ("pooled", "paper", "pooled_dropout")}}
+                 for k in sorted(errs["pooled"])]
     table = pd.DataFrame(rows)
     if not table.empty:
         table["diff"] = table["pooled"] - table["published"]
     return table
 
 
-def depth_thresholds(errors: dict[int, dict[int, float]], threshold: float = 0.05, ks: Iterable[int] | None = None):
-    """Per k >= 1: the smallest depth with error <= ``threshold`` and which depth formula it follows.
-
-    ``errors`` is ``{depth: {k: error}}``. Returns a pandas DataFrame with columns k, L_star (None when no
-    depth reaches the threshold), floor (⌊log₂k⌋+2), ceil (⌈log₂k⌉+2), max_depth and follows: ``"both"`` (L* is
-    the common value at a power of two), ``"floor"``, ``"ceil"``, ``"below floor"`` (shallower than both
-    formulas), ``"above ceil"`` (deeper than both, or no depth reaches the threshold although the deepest is
-    at least the ceil formula), ``"above floor"`` (no depth reaches it, the deepest is the floor formula, so
-    L* is the ceil formula or more) or ``"not reached"`` (no depth reaches it and the deepest is shallower than
-    both formulas: no information).
-    """
-    import pandas as pd
-
-    if not isinstance(errors, dict) or not errors:
-        raise ValueError("errors must be a non-empty dict {depth: {k: error}}")
-    if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
-    depths = sorted(errors)
-    all_ks = sorted({int(k) for row in errors.values() for k in row if int(k) >= 1})
-    ks = all_ks if ks is None else [check_int("ks[i]", k, low=1) for k in ks]
-    rows = []
-    for k in ks:
-        star = next((d for d in depths if errors[d].get(k, math.inf) <= threshold), None)
-        lo, hi = depth_floor(k), depth_ceil(k)
-        if star is None:  # L* > max depth: informative only when the formulas ask for no more than that
-            follows = "above ceil" if depths[-1] >= hi else "above floor" if depths[-1] >= lo else "not reached"
-        else:
-            follows = ("both" if star == lo == hi else "floor" if star == lo else "ceil" if star == hi else
-                       "below floor" if star < lo else "above ceil")
-        rows.append({"k": k, "L_star": star, "floor": lo, "ceil": hi, "follows": follows,
-                     "max_depth": depths[-1]})
-    return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------------- figures
-def plot_alignment(alignment: dict[str, Any], k: int, ax=None, *, title: str = "",
-                   patterns: Iterable[str] | None = None):
-    """Heatmap of Appendix G.4's alignment scores of a released model on hop_k (the paper's Figures 11-13).
-
-    One row per (layer, head), 1-based (``L1 h1``), one column per pattern (prev, find^j, start), colour =
-    score in [0, 1] with a colour bar. ``alignment`` is the ``"alignment"`` entry of a results file
-    (:func:`evaluate_model`); ``patterns`` selects columns (default all). Returns the axes.
-    """
-    import matplotlib.pyplot as plt
-
-    all_scores = decode_alignment(alignment).numpy()
-    ks = [int(x) for x in alignment["ks"]]
-    if k not in ks:
-        raise ValueError(f"k must be one of the evaluated hop counts {ks}, got {k!r}")
-    names = list(alignment["patterns"])
-    cols = names if patterns is None else list(patterns)
-    if unknown := [p for p in cols if p not in names]:
-        raise ValueError(f"patterns must be among {names}, got {unknown}")
-    scores = all_scores[:, :, ks.index(k)]  # (L, H, P)
-    n_layers, n_heads, _ = scores.shape
-    grid = scores[:, :, [names.index(p) for p in cols]].reshape(n_layers * n_heads, len(cols))
-    if ax is None:
-        _, ax = plt.subplots(figsize=(0.42 * len(cols) + 2.5, 0.3 * n_layers * n_heads + 1.5))
-    img = ax.imshow(grid, vmin=0, vmax=1, cmap="Blues", aspect="auto", interpolation="nearest")
-    ax.figure.colorbar(img, ax=ax, label="alignment score", fraction=0.04, pad=0.02)
-    labels = [p.replace("find^", "") if p.startswith("find^") else p for p in cols]
-    ax.set_xticks(range(len(cols)), labels)
-    ax.set_yticks(range(n_layers * n_heads),
-                  [f"L{la + 1} h{h + 1}" for la in range(n_layers) for h in range(n_heads)])
-    for la in range(1, n_layers):
-        ax.axhline(la * n_heads - 0.5, color="black", lw=0.8)
-    ax.set_xlabel("pattern: j of find^j, prev(ious token) or start")
-    ax.set_title(title or f"alignment with find^j on hop_{k}")
-    return ax
-
-
-def plot_alignments(alignment: dict[str, Any], ks: Sequence[int], *, label: str = "",
-                    patterns: Iterable[str] | None = None):
-    """:func:`plot_alignment` for each k of ``ks``, stacked (one full-width panel per k, titled
-    ``"{label}, hop_k"``); returns the figure."""
-    import matplotlib.pyplot as plt
-
-    ks = [check_int("ks[i]", k, low=0) for k in ks]
-    if not ks:
-        raise ValueError("ks must name at least one hop count")
-    cols = list(patterns) if patterns is not None else None
-    n_rows = int(decode_alignment(alignment).shape[0] * decode_alignment(alignment).shape[1])
-    fig, axes = plt.subplots(len(ks), 1, figsize=(8, (0.3 * n_rows + 1.6) * len(ks)), squeeze=False)
-    for ax, k in zip(axes[:, 0], ks, strict=True):
-        plot_alignment(alignment, k, ax, patterns=cols, title=f"{label}, hop_{k}" if label else "")
-    fig.tight_layout()
-    return fig
-
-
-def best_pattern_table(alignment: dict[str, Any], *, authors: bool = False,
-                       ks: Iterable[int] | None = None) -> dict[str, Any]:
-    """The per-head best pattern for each k (the paper's Figures 14-15) from stored alignment scores.
-
-    Same format as :func:`hoplib.evaluate.best_find_per_head` (for :func:`hoplib.plots.plot_best_pattern`).
-    ``authors=True`` restricts the candidates to find^1..find^16, as the authors' figures do; otherwise prev,
-    find^0..16 and start all compete. ``ks`` (default all stored) selects columns.
-    """
-    all_scores = decode_alignment(alignment)
-    stored_ks = [int(x) for x in alignment["ks"]]
-    ks = stored_ks if ks is None else [int(k) for k in ks]
-    if missing := [k for k in ks if k not in stored_ks]:
-        raise ValueError(f"ks must be among the stored hop counts {stored_ks}, got {missing}")
-    names = list(alignment["patterns"])
-    keep = [i for i, n in enumerate(names) if not authors or (n.startswith("find^") and n != "find^0")]
-    scores = all_scores[:, :, [stored_ks.index(k) for k in ks]]
-    scores = scores[..., keep]
-    best_score, best = scores.max(dim=-1)
-    return {"ks": ks, "patterns": [names[i] for i in keep], "scores": scores, "best": best,
-            "best_score": best_score}
-
-
-# --------------------------------------------------------------------------- stored results and summaries
-COLUMNS = {"published": "published (dropout on, 100 samples)", "pooled": "hoplib (dropout off)",
-           "paper": "hoplib, paper metric (dropout off)", "pooled_dropout": "hoplib (dropout on)"}
-"""The error columns of :func:`comparison_table` and how figures and tables label them."""
-
-
-def load_stored_results(folder: str = "released", root: str | os.PathLike | None = None) -> dict[str, Any]:
-    """``{name: Stored}`` for every released model with a results file ``results/<folder>/<name>.json``.
-
-    Uses :func:`hoplib._book.results.load_stored`; models without a stored file are left out.
-    """
-    from hoplib._book.results import load_stored
-
-    found = {n: load_stored(f"{folder}/{n}.json", required=False, root=root) for n in RELEASED}
-    return {n: s for n, s in found.items() if s is not None}
-
-
 def errors_by_depth(table, column: str = "pooled", *, n_train: int = -1, heads: int = 4) -> dict[int, dict[int, float]]:
-    """``{depth: {k: error}}`` of one column of a :func:`comparison_table`, for one width and training-set size."""
-    check_choice("column", column, tuple(COLUMNS))
+    """``{depth: {k: error}}`` of one column of a :func:`comparison_table`, one width and training-set size."""
     rows = table[(table["n_train"] == n_train) & (table["heads"] == heads)]
     return {int(d): {int(k): float(e) for k, e in zip(g["k"], g[column], strict=True)}
             for d, g in rows.groupby("depth")}
 
 
-def wide_table(table, *, n_train: int = -1, ks: Iterable[int] = (1, 2, 3, 4, 6, 8, 12, 16),
-               columns: Iterable[str] = ("published", "pooled", "pooled_dropout"), heads: int = 4):
-    """A display table: one row per (depth, source), one column per k (the layout of the paper's tables)."""
+def depth_thresholds(errors: dict[int, dict[int, float]], threshold: float = report.THRESHOLD):
+    """Per k >= 1: L*(k) (:func:`hoplib.report.smallest_depth`) beside ⌊log₂k⌋+2 and ⌈log₂k⌉+2, and which it
+    follows: "both" (a power of two), "floor", "ceil", "below floor", "above ceil"; where no depth reaches
+    the threshold, "above floor" if the deepest depth is the floor formula (so L* is at least the ceiling),
+    "above ceil" if it is at least the ceiling, else "not reached" (no information). A pandas DataFrame."""
     import pandas as pd
 
-    ks, columns = [int(k) for k in ks], list(columns)
-    for c in columns:
-        check_choice("columns[i]", c, tuple(COLUMNS))
-    rows = table[(table["n_train"] == n_train) & (table["heads"] == heads) & table["k"].isin(ks)]
-    if rows.empty:
-        raise ValueError(f"table has no rows with n_train={n_train}, heads={heads} and k in {ks}")
-    out = rows.melt(id_vars=["depth", "k"], value_vars=columns, var_name="source", value_name="error")
-    out["source"] = pd.Categorical(out["source"].map(COLUMNS), [COLUMNS[c] for c in columns], ordered=True)
-    return out.pivot_table(index=["depth", "source"], columns="k", values="error", observed=True)
+    star, deepest = report.smallest_depth(errors, threshold=threshold), max(errors)
+    rows = []
+    for k in (k for k in star if k >= 1):
+        lo, hi, s = report.depth_floor(k), report.depth_ceil(k), star[k]
+        if s is None:
+            follows = "above ceil" if deepest >= hi else "above floor" if deepest >= lo else "not reached"
+        else:
+            follows = ("both" if s == lo == hi else "floor" if s == lo else "ceil" if s == hi else
+                       "below floor" if s < lo else "above ceil")
+        rows.append({"k": k, "L_star": s, "floor": lo, "ceil": hi, "follows": follows, "max_depth": deepest})
+    return pd.DataFrame(rows)
 
 
-def difference_summary(table, *, min_k: int = 1, min_published: float = 0.01,
-                       max_published: float = 0.5) -> dict[str, float]:
-    """How re-evaluated errors differ from the published ones, over all (model, k >= ``min_k``) rows.
+def load_stored_results(folder: str = "released", root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """``{name: Stored}`` for every released model with a results file ``results/<folder>/<name>.json``."""
+    from hoplib._book.results import load_stored
 
-    ``mean_abs_off`` / ``max_abs_off``: |hoplib (dropout off) - published|; ``mean_abs_on`` / ``max_abs_on``:
-    the same with dropout on; ``share_lower_off``: share of rows where hoplib's dropout-off error is lower;
-    ``lowest_published_not_lower``: the smallest published error among the other rows (nan if none);
-    ``median_ratio_off``: median of hoplib (dropout off) / published over the ``rows_ratio`` rows whose
-    published error lies strictly between ``min_published`` and ``max_published`` (solved and near-chance
-    cells left out); ``rows``: the number of rows.
-    """
-    check_int("min_k", min_k, low=0)
-    for name, val in (("min_published", min_published), ("max_published", max_published)):
-        if not isinstance(val, (int, float)) or not 0 <= val <= 1:
-            raise ValueError(f"{name} must be a number in [0, 1], got {val!r}")
-    rows = table[(table["k"] >= min_k) & table["published"].notna()]
-    if rows.empty:
-        raise ValueError("table has no rows with a published error")
-    off, on = (rows["pooled"] - rows["published"]).abs(), (rows["pooled_dropout"] - rows["published"]).abs()
-    lower = rows["pooled"] < rows["published"]
-    mid = rows[(rows["published"] > min_published) & (rows["published"] < max_published)]
-    return {"rows": int(len(rows)), "mean_abs_off": float(off.mean()), "max_abs_off": float(off.max()),
-            "mean_abs_on": float(on.mean()), "max_abs_on": float(on.max()),
-            "share_lower_off": float(lower.mean()),
-            "lowest_published_not_lower": float(rows.loc[~lower, "published"].min()) if (~lower).any() else math.nan,
-            "rows_ratio": int(len(mid)), "median_ratio_off": float((mid["pooled"] / mid["published"]).median())}
-
-
-def plot_errors(table, ax=None, *, n_train: int = -1, column: str = "pooled", heads: int = 4, title: str = ""):
-    """Error against k (log scale), one colour per depth: ``column`` solid, the published errors dashed.
-
-    The layout of the paper's Figure 2 (``n_train=-1``) and Figures 16-19 (finite ``n_train``).
-    """
-    import matplotlib.pyplot as plt
-
-    ax = ax or plt.gca()
-    ours = errors_by_depth(table, column, n_train=n_train, heads=heads)
-    pub = errors_by_depth(table, "published", n_train=n_train, heads=heads)
-    if not ours:
-        raise ValueError(f"table has no rows with n_train={n_train} and heads={heads}")
-    cmap = plt.get_cmap("viridis")
-    for i, depth in enumerate(sorted(ours)):
-        colour = cmap(i / max(1, len(ours) - 1) * 0.85)
-        ks = [k for k in sorted(ours[depth]) if k >= 1]
-        ax.plot(ks, [ours[depth][k] for k in ks], "o-", ms=3, color=colour, label=f"L={depth}")
-        ax.plot(ks, [pub[depth].get(k, math.nan) for k in ks], "--", color=colour, alpha=0.6)
-    ax.axhline(chance_error(released_task()), color="grey", ls=":", lw=1)  # chance, from the task
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
-    ax.set_ylim(-0.02, 0.8)
-    ax.set_xlabel("k")
-    ax.set_ylabel("error")
-    ax.set_title(title or f"n = {'∞' if n_train == -1 else n_train}")
-    ax.legend(loc="best", ncols=2, handlelength=1.2, columnspacing=0.8)
-    return ax
-
-
-def plot_error_grid(table, sizes: Sequence[int], *, column: str = "pooled", heads: int = 4, ncols: int = 2):
-    """:func:`plot_errors` for every training-set size of ``sizes`` present in ``table`` (``-1``: fresh
-    samples, the paper's Figure 2; the others its Figures 16-19), ``ncols`` panels a row, one shared error axis,
-    sized for the page's width. Returns the figure."""
-    import matplotlib.pyplot as plt
-
-    ncols = check_int("ncols", ncols, low=1)
-    panels = [int(n) for n in sizes if (table["n_train"] == n).any()]
-    if not panels:
-        raise ValueError(f"table has no rows for any of the sizes {list(sizes)}")
-    nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.8 * ncols, 3.2 * nrows), sharey=True, squeeze=False)
-    for ax, n in zip(axes.flat, panels, strict=False):
-        plot_errors(table, ax, n_train=n, column=column, heads=heads)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    return fig
+    found = {n: load_stored(f"{folder}/{n}.json", required=False, root=root) for n in RELEASED}
+    return {n: s for n, s in found.items() if s is not None}

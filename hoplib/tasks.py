@@ -21,13 +21,6 @@ from hoplib._book.validate import check_int, check_int_array
 NO_ANSWER = -1
 """The value :func:`hop` and :func:`find` return where there is no answer (the paper's ⊥)."""
 
-PROFILES = {
-    "quick": {"n_check": 300, "n_stats": 256, "bench_batch": 256, "bench_seconds": 0.3},
-    "paper": {"n_check": 5000, "n_stats": 10_000, "bench_batch": 1024, "bench_seconds": 2.0},
-}
-"""Settings of the task chapter's profiles: random checks against the definition, samples for the statistics,
-and the batch size and duration of the throughput benchmark."""
-
 Array = np.ndarray | torch.Tensor
 
 

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Build the book: install what is missing, regenerate the Colab notebooks, execute every chapter (quick profile,
-# CPU) and render _build/html. Warnings are errors; an execution error fails the build; then every built page is
-# checked for rendering defects a reader would see (hoplib._book.html_check: raw tables, stray $, unrendered
-# roles, ?? references, figures without captions).
+# Build the book: install what is missing, execute every chapter once (quick profile, CPU) and render
+# _build/html; warnings are errors and an execution error fails the build. Then fill the Colab notebooks
+# (chapters/*.ipynb and the pages' download notebooks) with the build's glued values, and check every built page
+# for rendering defects a reader would see (hoplib._book.html_check: raw tables, stray $, unrendered roles,
+# ?? references, figures without captions).
+#
+# Execution results are cached in _build/.jupyter_cache (a page re-executes when its code cells change). The
+# cache does not see edits to hoplib or results/, so it is dropped whenever those change.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-python scripts/notebooks.py sync
 start=$(date +%s)
+stamp=$(find hoplib results requirements.txt -type f -not -path "*/__pycache__/*" | sort | xargs cat | sha1sum \
+        | cut -c1-16)
+if [ "$(cat _build/.hoplib-stamp 2>/dev/null)" != "$stamp" ]; then
+  rm -rf _build/.jupyter_cache
+fi
 jupyter-book build . -W -n --keep-going "$@"
+mkdir -p _build && echo "$stamp" > _build/.hoplib-stamp
+python scripts/notebooks.py sync --from-build
 python -m hoplib._book.html_check _build/html
 echo "book built in $(( $(date +%s) - start )) s: open _build/html/index.html"

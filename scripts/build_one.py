@@ -1,54 +1,66 @@
-"""Build one chapter (plus the intro and bibliography) into a private folder, warnings as errors.
+"""Build one chapter (and, optionally, its stored-runs section) into a private folder, warnings as errors.
 
-    python scripts/build_one.py construction      # -> .tmp/build-construction/_build/html
+    python scripts/build_one.py construction                  # -> .tmp/build-construction/_build/html
+    python scripts/build_one.py mpc stored_runs/mpc           # a chapter and its appendix section
 
-For checking a chapter in isolation while others build the whole book; it uses the book's own _config.yml
-with a table of contents that lists only that chapter.
+For checking a chapter in isolation while others build the whole book. It uses the book's own _config.yml with
+a table of contents that lists only the named pages; every other page is replaced by a stub that carries its
+labels, so cross references into the rest of the book still resolve.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LABEL = re.compile(r"^\(([\w-]+)\)=\s*$", re.M)
+NAMED = re.compile(r"^:name: ([\w-]+)\s*$", re.M)
+PRF = re.compile(r"^:label: ([\w-]+)\s*$", re.M)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if not argv or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
-    name = argv[0]
-    if not (ROOT / "chapters" / f"{name}.md").exists():
-        print(f"no chapter chapters/{name}.md", file=sys.stderr)
-        return 2
-    work = ROOT / ".tmp" / f"build-{name}"
+    for name in argv:
+        if not (ROOT / "chapters" / f"{name}.md").exists():
+            print(f"no chapter chapters/{name}.md", file=sys.stderr)
+            return 2
+    work = ROOT / ".tmp" / f"build-{argv[0].replace('/', '-')}"
     if work.exists():
         shutil.rmtree(work)
-    (work / "chapters").mkdir(parents=True)
+    work.mkdir(parents=True)
     for f in ("_config.yml", "references.bib", "bibliography.md", "status.md"):
         shutil.copy(ROOT / f, work / f)
-    # A stub root page: the real intro links to every chapter, which this partial build does not have.
-    (work / "intro.md").write_text(f"# Partial build: {name}\n\nOnly this chapter (and the task chapter).\n")
-    shutil.copy(ROOT / "chapters" / f"{name}.md", work / "chapters" / f"{name}.md")
-    shutil.copy(ROOT / "chapters" / "hop_task.md", work / "chapters" / "hop_task.md")  # the intro links to it
-    if (ROOT / "chapters" / f"{name}.ipynb").exists():
-        shutil.copy(ROOT / "chapters" / f"{name}.ipynb", work / "chapters" / f"{name}.ipynb")
-    for extra in ("results", "_ext"):
+    (work / "intro.md").write_text(f"# Partial build: {', '.join(argv)}\n\nOnly the named pages.\n")
+    for extra in ("results", "_ext", "hoplib"):
         if (ROOT / extra).exists():
             shutil.copytree(ROOT / extra, work / extra)
-    # Stub pages carry the other chapters' labels, so cross references to them resolve in a partial build.
-    others = sorted(m.stem for m in (ROOT / "chapters").glob("*.md") if m.stem not in (name, "hop_task"))
-    for other in others:
-        label = "chap-" + other.replace("_", "-")
-        (work / "chapters" / f"{other}.md").write_text(f"({label})=\n# {other} (not in this partial build)\n")
-    stubs = "".join(f"      - file: chapters/{o}\n" for o in others)
+    shown, stubs = [], []
+    for md in sorted((ROOT / "chapters").rglob("*.md")):
+        rel = md.relative_to(ROOT / "chapters").with_suffix("").as_posix()
+        target = work / "chapters" / f"{rel}.md"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel in argv:
+            shutil.copy(md, target)
+            shown.append(rel)
+            continue
+        text = md.read_text(encoding="utf-8")
+        # A stub page carries the real page's labels (prf labels in a prf box, since {prf:ref} needs one), so
+        # references to them resolve in this partial build.
+        body = "".join(f"({label})=\n# {label}\n\nstub\n\n" for label in LABEL.findall(text) + NAMED.findall(text))
+        body += "".join(f":::{{prf:theorem}}\n:label: {label}\n\nstub\n:::\n\n" for label in PRF.findall(text))
+        target.write_text(body or f"# {rel}\n")
+        stubs.append(rel)
+    entries = "".join(f"      - file: chapters/{n}\n" for n in shown)
+    stub_entries = "".join(f"      - file: chapters/{n}\n" for n in stubs)
     (work / "_toc.yml").write_text(
-        "format: jb-book\nroot: intro\nparts:\n  - caption: Chapter\n    numbered: true\n    chapters:\n"
-        + ("" if name == "hop_task" else "      - file: chapters/hop_task\n")
-        + f"      - file: chapters/{name}\n  - caption: Other chapters (stubs)\n    chapters:\n" + stubs
+        "format: jb-book\nroot: intro\nparts:\n  - caption: Built\n    numbered: true\n    chapters:\n" + entries
+        + "  - caption: Stubs\n    chapters:\n" + stub_entries
         + "  - caption: About\n    chapters:\n      - file: status\n      - file: bibliography\n"
     )
     cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(work), "-W", "-n", "--keep-going"]

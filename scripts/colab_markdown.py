@@ -10,22 +10,29 @@ targets, ``{glue:text}`` values, ``{glue:figure}`` blocks, exercises and solutio
   cells of a gated solution (``solution-start`` ... ``solution-end``) stay code cells, collapsed, after a note;
 - citations become author-year text read from ``references.bib``; cross references become text, linked to the
   web book (GitHub Pages of ``repository.url``) when the target is in another page;
-- ``{glue:text}`name``` becomes a marker naming the value (it is computed when the notebook runs), and a
-  ``{glue:figure}`` block its caption in italics (the figure is the output of the cell that draws it);
+- ``{glue:text}`name``` becomes the value the executed book build glued (:func:`glued_values` reads it from
+  myst-nb's executed notebook; the committed notebook keeps it in its metadata), and a ``{glue:figure}`` block
+  its caption in italics (the figure is the output of the cell that draws it);
+- every exercise is followed by an empty code cell for the student's answer;
 - the macros of ``sphinx.config.mathjax3_config`` are expanded.
 
-Anything it cannot resolve (an unknown citation key or reference target) raises ``ValueError``: the book build
-fails on those too.
+Anything it cannot resolve (an unknown citation key, reference target or glued value) raises ``ValueError``: the
+book build fails on those too. The .bib file is read with pybtex and its LaTeX decoded with latexcodec.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import latexcodec  # noqa: F401 - registers the "latex" codec
+import pybtex.database
 import yaml
+from myst_nb.core.variables import format_plain_text
 
 OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:.-]+)\}[ \t]*(?P<arg>.*?)\s*$")
 PLAIN_FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})")
@@ -37,9 +44,7 @@ BLOCK_START = re.compile(r"^\s*([-*+>#|]|\d+[.)]\s|\$\$|```|<)")
 ADMONITIONS = ("note", "tip", "hint", "important", "warning", "caution", "attention", "danger", "error",
                "seealso", "admonition", "margin", "sidebar", "topic", "epigraph")
 GLUE_ROLES = ("glue", "glue:", "glue:text", "glue:md", "glue:math", "glue:any")
-ACCENTS = {"'": "\u0301", "`": "\u0300", "^": "\u0302", '"': "\u0308", "~": "\u0303", "=": "\u0304",
-           ".": "\u0307", "k": "\u0328", "c": "\u0327", "v": "\u030c", "u": "\u0306", "H": "\u030b"}
-LETTERS = {"L": "Ł", "l": "ł", "o": "ø", "O": "Ø", "ss": "ß", "ae": "æ", "AE": "Æ", "aa": "å", "i": "ı"}
+STUDENT = "<!-- hoplib: the student's cell -->"  # split point: an empty code cell goes here
 
 
 # --------------------------------------------------------------------------------------------- the book's data
@@ -60,6 +65,7 @@ class Book:
     targets: dict[str, Target]
     macros: dict[str, tuple[str, int]]  # name -> (body, number of arguments)
     url: str | None
+    root: Path = Path(".")
 
 
 @dataclass
@@ -70,61 +76,29 @@ class Chapter:
     book: Book
     seen: set[str] = field(default_factory=set)
     in_solution: bool = False
+    values: dict[str, str] = field(default_factory=dict)  # glue name -> text/plain of the executed build
 
 
 def latex_to_text(text: str) -> str:
-    """Plain Unicode for the LaTeX of a .bib field: accents (``{\\'e}`` -> é), ``\\L`` -> Ł, braces dropped."""
-    text = re.sub(r"\\([`'^\"~=.]|[kcvuH](?![A-Za-z]))\s*\{?\s*([A-Za-z])\}?",
-                  lambda m: m[2] + ACCENTS[m[1]], text)
-    text = re.sub(r"\\(ss|ae|AE|aa|[LloOi])(?![A-Za-z])", lambda m: LETTERS[m[1]], text)
-    return unicodedata.normalize("NFC", re.sub(r"[{}]", "", text)).strip()
-
-
-def _braced(text: str, start: int) -> str:
-    """The content of the brace group opening at ``text[start]`` (nested braces allowed)."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start + 1:i]
-    raise ValueError(f"unbalanced braces in .bib entry near {text[start:start + 40]!r}")
-
-
-def _field(entry: str, name: str) -> str | None:
-    m = re.search(rf"\b{name}\s*=\s*", entry, re.I)
-    if m is None:
-        return None
-    rest = entry[m.end():]
-    if rest.startswith("{"):
-        return _braced(rest, 0)
-    if rest.startswith('"'):
-        return rest[1:].split('"', 1)[0]
-    return re.match(r"[\w.-]*", rest)[0]
-
-
-def _surname(name: str) -> str:
-    name = latex_to_text(name)
-    return name.split(",")[0].strip() if "," in name else name.split()[-1]
+    """Plain Unicode for the LaTeX of a .bib field (``{\\'e}`` -> é), braces dropped."""
+    return unicodedata.normalize("NFC", re.sub(r"[{}]", "", text.encode().decode("latex"))).strip()
 
 
 def parse_bib(text: str) -> dict[str, tuple[str, str]]:
     """Citation key -> (authors as cited: "Sanford", "Coy and Czumaj" or "Sanford et al.", year)."""
     entries = {}
-    for m in re.finditer(r"@(\w+)\s*\{\s*([^,\s]+)\s*,", text):
-        if m[1].lower() in ("comment", "string", "preamble"):
-            continue
-        body = _braced(text, m.end(0) - len(m[0]) + m[0].index("{"))
-        authors = _field(body, "author") or _field(body, "editor") or _field(body, "title") or m[2]
-        names = [n for n in re.split(r"\s+and\s+", authors.strip()) if n.strip()]
-        others = bool(names) and names[-1].strip() == "others"
-        surnames = [_surname(n) for n in names if n.strip() != "others"]
-        if len(surnames) == 1 and not others:
+    for key, entry in pybtex.database.parse_string(text, "bibtex").entries.items():
+        people = entry.persons.get("author") or entry.persons.get("editor") or []
+        surnames = [latex_to_text(" ".join(p.last_names)) for p in people if str(p) != "others"]
+        if not surnames:
+            cited = latex_to_text(entry.fields.get("title", key))
+        elif len(surnames) == 1 and len(people) == 1:
             cited = surnames[0]
-        elif len(surnames) == 2 and not others:
+        elif len(surnames) == 2 and len(people) == 2:
             cited = f"{surnames[0]} and {surnames[1]}"
         else:
             cited = f"{surnames[0]} et al."
-        entries[m[2]] = (cited, latex_to_text(_field(body, "year") or "n.d."))
+        entries[key] = (cited, latex_to_text(entry.fields.get("year", "n.d.")))
     return entries
 
 
@@ -236,13 +210,13 @@ def load_book(root: Path) -> Book:
     for bib in config.get("bibtex_bibfiles", []):
         if (root / bib).exists():
             citations.update(parse_bib((root / bib).read_text(encoding="utf-8")))
-    pages = sorted(root.glob("*.md")) + sorted((root / "chapters").glob("*.md"))
+    pages = sorted(root.glob("*.md")) + sorted((root / "chapters").rglob("*.md"))
     targets: dict[str, Target] = {}
     for page in pages:
         if page.name not in ("README.md", "CONTRIBUTING.md"):
             targets.update(scan_targets(page, page.relative_to(root).with_suffix("").as_posix()))
     url = book_url(str((config.get("repository") or {}).get("url", "")).rstrip("/"))
-    return Book(citations, targets, mathjax_macros(config), url)
+    return Book(citations, targets, mathjax_macros(config), url, root)
 
 
 # ------------------------------------------------------------------------------------------------ inline roles
@@ -319,7 +293,7 @@ def markdown_link(text: str, href: str, chapter: Chapter) -> str:
 def convert_role(role: str, content: str, chapter: Chapter) -> str:
     """One ``{role}`content``` as plain Markdown."""
     if role in GLUE_ROLES:
-        return f"*(computed in the notebook: {content.split(':', 1)[0].strip()})*"
+        return glued(content, chapter)
     if role == "cite" or role.startswith("cite:"):
         return cite(role, content, chapter.book)
     if role in ("ref", "numref", "prf:ref", "doc", "any", "eq", "exercise", "solution"):
@@ -329,6 +303,15 @@ def convert_role(role: str, content: str, chapter: Chapter) -> str:
     if role in ("sub", "sup"):
         return f"<{role}>{content}</{role}>"
     return _explicit(content)[0] or _explicit(content)[1]  # abbr, term, kbd, ...: the text itself
+
+
+def glued(content: str, chapter: Chapter) -> str:
+    """A ``{glue:text}`name:fmt``` value as myst-nb renders it, from the executed build's values."""
+    key, _, spec = content.strip().partition(":")
+    if key not in chapter.values:
+        raise ValueError(f"glued value {key!r} of {chapter.doc} is not known: build the book "
+                         "(bash scripts/build.sh), which fills the notebooks' values in")
+    return format_plain_text(chapter.values[key], spec or "s")
 
 
 def convert_inline(text: str, chapter: Chapter) -> str:
@@ -363,6 +346,23 @@ def details(summary: str, body: str) -> str:
     return f"<details>\n<summary>{summary}</summary>\n\n{body.strip()}\n\n</details>"
 
 
+def included(arg: str, options: dict[str, str], chapter: Chapter) -> str:
+    """A ``literalinclude`` as a fenced code block: the file, or its ``:pyobject:`` (``Class.method`` too)."""
+    path = (chapter.book.root / chapter.doc).parent / arg
+    if not path.is_file():
+        raise ValueError(f"literalinclude of a missing file {arg!r} in {chapter.doc}")
+    text = path.read_text(encoding="utf-8")
+    if name := options.get("pyobject"):
+        node: ast.AST = ast.parse(text)
+        for part in name.split("."):
+            node = next((n for n in getattr(node, "body", []) if getattr(n, "name", None) == part), None)
+            if node is None:
+                raise ValueError(f"no {name!r} in {arg} (literalinclude in {chapter.doc})")
+        start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+        text = textwrap.dedent("\n".join(text.splitlines()[start - 1:node.end_lineno]))
+    return f"```{options.get('language', 'python')}\n{text.rstrip()}\n```"
+
+
 def render_directive(name: str, arg: str, options: dict[str, str], body: str, chapter: Chapter) -> str:
     """A converted directive (``body`` is already converted)."""
     label = options.get("label") or options.get("name")
@@ -371,7 +371,7 @@ def render_directive(name: str, arg: str, options: dict[str, str], body: str, ch
     if name.startswith("prf:"):
         return quote(prf_heading(name, arg), body)
     if name in ("exercise", "exercise-start"):
-        return quote(f"Exercise ({arg})" if arg else "Exercise", body)
+        return quote(f"Exercise ({arg})" if arg else "Exercise", body) + f"\n\n{STUDENT}"
     if name == "solution":
         return details("Solution", body)
     if name in ("glue:figure", "glue", "glue:any", "glue:math", "glue:md", "figure"):
@@ -379,7 +379,7 @@ def render_directive(name: str, arg: str, options: dict[str, str], body: str, ch
         shown = f"*Figure above: {caption}*" if caption and "*" not in caption else caption
         if name == "figure":
             return f"![{caption}]({arg})" + (f"\n\n{shown}" if caption else "")
-        return shown if name == "glue:figure" else f"*(computed in the notebook: {arg})*"
+        return shown if name == "glue:figure" else ""  # the cell that glued it shows it in a notebook
     if name == "dropdown":
         return details(arg or "Details", body)
     if name in ADMONITIONS:
@@ -387,6 +387,8 @@ def render_directive(name: str, arg: str, options: dict[str, str], body: str, ch
         return quote(title if name != "seealso" else "See also", body)
     if name in ("math", "equation"):
         return f"$$\n{body.strip()}\n$$"
+    if name == "literalinclude":
+        return included(arg, options, chapter)
     if name in ("code-block", "code", "sourcecode"):
         return f"```{arg}\n{body.strip(chr(10))}\n```"
     if name == "exercise-end":
@@ -451,15 +453,30 @@ SOLUTION_NOTE = ("*Solution (code): the collapsed code cell below. Try the exerc
                  "others either way.*")
 
 
-def convert_cells(cells: list, doc: str, book: Book) -> None:
-    """Convert the Markdown cells of a chapter notebook in place, and collapse the code cells of solutions."""
-    chapter = Chapter(doc, book)
-    for i, cell in enumerate(cells):
+def convert_cells(cells: list, doc: str, book: Book, values: dict[str, str] | None = None) -> None:
+    """Convert the Markdown cells of a chapter notebook in place: plain Markdown, glued ``values`` filled in, an
+    empty code cell after every exercise, and the code cells of solutions collapsed."""
+    import nbformat
+
+    chapter = Chapter(doc, book, values=dict(values or {}))
+    out = []
+    for cell in cells:
         if cell.cell_type == "markdown":
             cell.source = convert_text(cell.source, chapter)
+            first, *rest = cell.source.split(STUDENT)
+            cell.source = first.strip("\n")
+            out.append(cell)
+            for piece in rest:
+                answer = nbformat.v4.new_code_cell("# Your answer here\n")
+                answer.metadata["tags"] = ["exercise-answer"]
+                out += [answer, nbformat.v4.new_markdown_cell(piece.strip("\n"))]
         elif cell.cell_type == "code" and chapter.in_solution:
             cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
             cell.metadata["cellView"] = "form"  # Colab shows a collapsed "Show code" cell
-            before = cells[i - 1] if i else None
+            before = out[-1] if out else None
             if before is not None and before.cell_type == "markdown" and SOLUTION_NOTE not in before.source:
                 before.source = f"{before.source}\n\n{SOLUTION_NOTE}".lstrip("\n")
+            out.append(cell)
+        else:
+            out.append(cell)
+    cells[:] = out

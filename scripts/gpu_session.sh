@@ -36,7 +36,7 @@ timeout $((BENCH_S + 90)) "$PY" benchmarks/bench_gpu.py --device "$DEVICE" --bud
 left=$((TOTAL_S - (SECONDS - start) - 30))
 if [ "$left" -gt 60 ]; then
   echo "== paper sweep, shard $SWEEP_SHARD, for ${left} s"
-  timeout "$left" "$PY" -m hoplib.training.sweep --grid paper --ensemble --shard "$SWEEP_SHARD" --device "$DEVICE" \
+  timeout "$left" "$PY" scripts/run_training.py --grid paper --ensemble --shard "$SWEEP_SHARD" --device "$DEVICE" \
     --no-progress --checkpoint-every "$CHECKPOINT_EVERY" --out "$WORK/paper" 2>&1 | tee "$OUT/sweep.log"
   echo "sweep exit status ${PIPESTATUS[0]} (124: stopped by its time box; rerunning resumes from the checkpoint)"
   "$PY" - "$WORK/paper" <<'EOF' 2>&1 | tee -a "$OUT/sweep.log"

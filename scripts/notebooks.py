@@ -1,6 +1,7 @@
 """Chapter tooling: generate the Colab notebooks, check them for drift, and run a chapter with papermill.
 
     python scripts/notebooks.py sync                 # chapters/*.md -> chapters/*.ipynb (for Colab)
+    python scripts/notebooks.py sync --from-build    # the same, with the glued values of the last book build
     python scripts/notebooks.py check                # fail if any .ipynb differs from what sync would write
     python scripts/notebooks.py run hop_task -p profile paper -p device cuda [--out results]
 
@@ -8,14 +9,17 @@
 status 2 and one line for a bad one), and replaces the executed notebook and results files only when the whole
 chapter ran: a failure prints one line (the failing cell and exception) and the path of the full log (exit 1).
 
-The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in two
+The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in three
 ways. Their Markdown is converted to plain Markdown that Jupyter and Colab render (``colab_markdown.py``: prf
-boxes and exercises as block quotes, solutions collapsed, citations and cross references as text, glued values
-as markers, math macros expanded). And they have a first code cell, built from ``repository`` in
+boxes and exercises as block quotes, an empty cell after each exercise, solutions collapsed, citations and
+cross references as text, math macros expanded). Their prose carries the glued values of the executed book
+build (``sync --from-build``, run by ``scripts/build.sh`` after the build; a plain ``sync`` keeps the values
+stored in the notebook's metadata). And they have a first code cell, built from ``repository`` in
 ``_config.yml``, that clones the book and installs hoplib from it when (and only when) the notebook runs on
 Google Colab, or when ``HOPLIB_INSTALL_SOURCE`` is set (the test that proves the cell works points it at a local
 git checkout); when the clone fails it stops with one line saying to set ``repository.url`` and sync again. It
 never installs torch or numpy: hoplib's requirements are ranges that Colab's preinstalled versions satisfy.
+After a build, the page's ".ipynb" download button serves this notebook, with the build's outputs.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
 from pathlib import Path
 
 import jupytext
@@ -87,13 +90,20 @@ def chapter_sources() -> list[Path]:
     return sorted(CHAPTERS.glob("*.md"))
 
 
-def to_notebook(md_path: Path, with_install_cell: bool = True) -> nbformat.NotebookNode:
+GLUE_KEY = "hoplib_glued"  # notebook metadata: the glued values its prose shows
+BUILD = ROOT / "_build"
+
+
+def to_notebook(md_path: Path, values: dict[str, str] | None = None,
+                with_install_cell: bool = True) -> nbformat.NotebookNode:
     """Convert one MyST chapter to a notebook with deterministic cell ids (and the Colab install cell).
 
-    Its Markdown cells are rewritten into plain Markdown that Jupyter and Colab render (``colab_markdown``).
+    Its Markdown cells are rewritten into plain Markdown that Jupyter and Colab render (``colab_markdown``),
+    with ``values`` (glue name -> text/plain) filled in; those it shows are kept in the notebook's metadata.
     """
     nb = jupytext.read(md_path, fmt="md:myst")
-    convert_cells(nb.cells, f"chapters/{md_path.stem}", load_book(ROOT))
+    values = dict(values or {})
+    convert_cells(nb.cells, f"chapters/{md_path.stem}", load_book(ROOT), values)
     nb.cells = [c for c in nb.cells if c.cell_type != "markdown" or c.source.strip()]
     if with_install_cell:
         cell = nbformat.v4.new_code_cell(INSTALL_CELL.format(**repository()))
@@ -108,6 +118,8 @@ def to_notebook(md_path: Path, with_install_cell: bool = True) -> nbformat.Noteb
     nb.metadata["colab"] = {"provenance": []}
     nb.metadata["accelerator"] = "GPU"
     nb.metadata.setdefault("language_info", {"name": "python"})
+    source = md_path.read_text(encoding="utf-8")
+    nb.metadata[GLUE_KEY] = {k: v for k, v in sorted(values.items()) if f"`{k}`" in source or f"`{k}:" in source}
     nb.nbformat, nb.nbformat_minor = 4, 5
     return nb
 
@@ -116,79 +128,60 @@ def render(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-CHECK_TAG = "nbval-check-output"
+def executed(stem: str) -> nbformat.NotebookNode | None:
+    """myst-nb's executed notebook of a chapter from the last book build, if there is one."""
+    path = BUILD / "jupyter_execute" / "chapters" / f"{stem}.ipynb"
+    return nbformat.read(path, as_version=4) if path.exists() else None
 
 
-def _checked(nb: nbformat.NotebookNode) -> list[int]:
-    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and CHECK_TAG in c.metadata.get("tags", [])]
-
-
-def strip_outputs(nb: nbformat.NotebookNode) -> str:
-    """The notebook as text without outputs: what must match the .md source exactly."""
-    nb = nbformat.from_dict(nb)
+def glued_values(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """Glue name -> text/plain of every value an executed notebook glued (myst-nb marks them ``scrapbook``)."""
+    values = {}
     for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    return render(nb)
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name and "text/plain" in out.get("data", {}):
+                values[name] = out["data"]["text/plain"]
+    return values
+
+
+def stored_values(target: Path) -> dict[str, str]:
+    """The glued values a committed notebook shows (none when it does not exist yet)."""
+    return dict(nbformat.read(target, as_version=4).metadata.get(GLUE_KEY, {})) if target.exists() else {}
 
 
 def _chapter_code(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
-    return [c for c in nb.cells if c.cell_type == "code" and "colab-install" not in c.metadata.get("tags", [])]
+    tags = ("colab-install", "exercise-answer")
+    return [c for c in nb.cells if c.cell_type == "code" and not set(tags) & set(c.metadata.get("tags", []))]
 
 
-def _same_code(old: nbformat.NotebookNode, new: nbformat.NotebookNode) -> bool:
-    """Whether the chapter's code cells (not the install cell, not the Markdown) are unchanged."""
-    return [c.source for c in _chapter_code(old)] == [c.source for c in _chapter_code(new)]
+def with_outputs(nb: nbformat.NotebookNode, run: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of ``nb`` whose chapter code cells carry the outputs of the executed build ``run``."""
+    nb = nbformat.from_dict(nb)
+    ours, theirs = _chapter_code(nb), [c for c in run.cells if c.cell_type == "code"]
+    if len(ours) == len(theirs):
+        for cell, done in zip(ours, theirs, strict=True):
+            cell.outputs, cell.execution_count = done.outputs, done.get("execution_count")
+    return nb
 
 
-def _code_twin(old: nbformat.NotebookNode, new: nbformat.NotebookNode, i: int) -> nbformat.NotebookNode:
-    """The cell of ``old`` that is the same chapter code cell as ``new.cells[i]``."""
-    position = next(k for k, c in enumerate(_chapter_code(new)) if c is new.cells[i])
-    return _chapter_code(old)[position]
-
-
-def _fill_checked_outputs(nb: nbformat.NotebookNode, md: Path, old: nbformat.NotebookNode | None,
-                          refresh: bool = False) -> None:
-    """Give cells tagged ``nbval-check-output`` their reference outputs, which nbval then compares.
-
-    They are kept from the existing notebook when its chapter code cells are unchanged (edits to the Markdown
-    or to the install cell do not matter) and ``refresh`` is false; otherwise the chapter is executed once, in
-    its default (quick, CPU) parameters, and only those cells' outputs are stored. Use ``refresh`` after a
-    change to hoplib that alters what a checked cell prints (a ``repr``, a table's layout).
-    """
-    idx = _checked(nb)
-    if not idx:
-        return
-    if not refresh and old is not None and _same_code(old, nb) and all(_code_twin(old, nb, i).outputs for i in idx):
-        outputs = [_code_twin(old, nb, i).outputs for i in idx]
-    else:
-        from nbclient import NotebookClient
-
-        source = nbformat.from_dict(nb)
-        for cell in source.cells:
-            if "colab-install" in cell.metadata.get("tags", []):
-                cell.source = "pass"
-        NotebookClient(source, timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": str(md.parent)}}).execute()
-        outputs = [source.cells[i].outputs for i in idx]
-    for i, out in zip(idx, outputs, strict=True):
-        nb.cells[i].outputs = out
-        nb.cells[i].execution_count = i  # nbval only compares cells that record an execution
-
-
-def sync(refresh: bool = False, only: Sequence[str] = ()) -> list[Path]:
-    """Write ``chapters/*.ipynb``; ``refresh`` re-executes the checked cells of the chapters named in ``only``
-    (all chapters when empty)."""
+def sync(from_build: bool = False) -> list[Path]:
+    """Write ``chapters/*.ipynb``. With ``from_build``, take the glued values from the last book build and also
+    write each notebook, with the build's outputs, where the page's download button serves it."""
     written = []
     for md in chapter_sources():
         target = md.with_suffix(".ipynb")
-        nb = to_notebook(md)
-        old = nbformat.read(target, as_version=4) if target.exists() else None
-        _fill_checked_outputs(nb, md, old, refresh and (not only or md.stem in only))
+        run = executed(md.stem) if from_build else None
+        if from_build and run is None:
+            raise RunError(f"no executed notebook for {md.stem} under {BUILD}: build the book first")
+        nb = to_notebook(md, glued_values(run) if run is not None else stored_values(target))
         text = render(nb)
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
             written.append(target)
+        download = BUILD / "html" / "_sources" / "chapters" / f"{md.stem}.ipynb"
+        if run is not None and download.parent.is_dir():
+            download.write_text(render(with_outputs(nb, run)), encoding="utf-8")
     for stale in CHAPTERS.glob("*.ipynb"):
         if not stale.with_suffix(".md").exists():
             stale.unlink()
@@ -197,24 +190,20 @@ def sync(refresh: bool = False, only: Sequence[str] = ()) -> list[Path]:
 
 
 def check() -> list[str]:
-    """Problems: notebooks missing, out of date, or without a source."""
+    """Problems: notebooks missing, out of date (their glued values aside), or without a source."""
     problems = []
     for md in chapter_sources():
         target = md.with_suffix(".ipynb")
         if not target.exists():
             problems.append(f"{target.relative_to(ROOT)} is missing")
             continue
-        stored = nbformat.read(target, as_version=4)
-        expected = to_notebook(md)
-        if strip_outputs(stored) != strip_outputs(expected):
-            problems.append(f"{target.relative_to(ROOT)} is out of date with {md.relative_to(ROOT)}")
+        try:
+            expected = render(to_notebook(md, stored_values(target)))
+        except ValueError as err:  # a glued value the notebook does not have yet
+            problems.append(f"{target.relative_to(ROOT)}: {err}")
             continue
-        checked = set(_checked(expected))
-        for i, cell in enumerate(stored.cells):
-            if cell.cell_type == "code" and cell.outputs and i not in checked:
-                problems.append(f"{target.relative_to(ROOT)}: cell {i} stores outputs but is not tagged {CHECK_TAG}")
-            elif i in checked and not cell.outputs:
-                problems.append(f"{target.relative_to(ROOT)}: cell {i} is tagged {CHECK_TAG} but has no stored output")
+        if target.read_text(encoding="utf-8") != expected:
+            problems.append(f"{target.relative_to(ROOT)} is out of date with {md.relative_to(ROOT)}")
     for nb_path in CHAPTERS.glob("*.ipynb"):
         if not nb_path.with_suffix(".md").exists():
             problems.append(f"{nb_path.relative_to(ROOT)} has no .md source")
@@ -243,13 +232,9 @@ def _value(text: str) -> object:
     return text
 
 
-def _code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
-    return [c for c in nb.cells if c.cell_type == "code" and "colab-install" not in c.metadata.get("tags", [])]
-
-
 def parameters_cell(nb: nbformat.NotebookNode) -> dict[str, object]:
     """Names and default values (``...`` where not a literal) assigned in the cell tagged ``parameters``."""
-    cell = next((c for c in _code_cells(nb) if "parameters" in c.metadata.get("tags", [])), None)
+    cell = next((c for c in _chapter_code(nb) if "parameters" in c.metadata.get("tags", [])), None)
     if cell is None:
         raise RunError("the chapter has no code cell tagged 'parameters'")
     defaults: dict[str, object] = {}
@@ -302,7 +287,7 @@ def _resolve(expr: ast.expr, cell: ast.Module) -> object:
 
 def chapter_profiles(nb: nbformat.NotebookNode) -> tuple[str, ...] | None:
     """The profile names of the chapter: the keys of the table passed to ``hoplib._book.notebook.start``."""
-    for cell in _code_cells(nb):
+    for cell in _chapter_code(nb):
         tree = ast.parse(cell.source)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "start":
@@ -394,7 +379,7 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
         if "out_dir" in defaults and "out_dir" not in parameters:
             parameters["out_dir"] = str(staging)  # results land in staging/<chapter>/<profile>/ first
         source, executed = staging / "source.ipynb", staging / f"{chapter}.ipynb"
-        nbformat.write(to_notebook(md, with_install_cell=False), source)
+        nbformat.write(jupytext.read(md, fmt="md:myst"), source)
         t0 = time.perf_counter()
         try:
             execute(source, executed, parameters, md.parent, timeout)
@@ -419,9 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_sync = sub.add_parser("sync", help="write chapters/*.ipynb from chapters/*.md")
-    p_sync.add_argument("--refresh", nargs="*", metavar="CHAPTER",
-                        help="re-execute the checked cells (of these chapters; all when none are named) even "
-                             "when their code is unchanged, e.g. after a change to a repr in hoplib")
+    p_sync.add_argument("--from-build", action="store_true",
+                        help="fill in the glued values of the last book build (and its download notebooks)")
     sub.add_parser("check", help="fail if the notebooks are out of date")
     p_run = sub.add_parser("run", help="run one chapter through papermill")
     p_run.add_argument("chapter", help="chapter name, e.g. hop_task")
@@ -432,12 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--chapters", type=Path, default=CHAPTERS, help="folder of the chapter sources")
     args = parser.parse_args(argv)
     if args.command == "sync":
-        refresh = args.refresh is not None
-        unknown = sorted(set(args.refresh or ()) - {md.stem for md in chapter_sources()})
-        if unknown:
-            print(f"sync: no chapter named {', '.join(unknown)} (chapters/<name>.md)", file=sys.stderr)
-            return 2
-        for path in sync(refresh, args.refresh or ()):
+        try:
+            written = sync(args.from_build)
+        except (RunError, ValueError) as err:
+            print(f"notebooks.py sync: {err}", file=sys.stderr)
+            return 1
+        for path in written:
             print(f"wrote {path.relative_to(ROOT)}")
         return 0
     if args.command == "check":

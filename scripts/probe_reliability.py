@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAIN = [sys.executable, "-m", "hoplib.train", "--depth", "1", "--d-model", "16", "--heads", "2", "--seq-len", "8",
+TRAIN = [sys.executable, str(ROOT / "scripts" / "run_training.py"), "--depth", "1", "--d-model", "16",
+         "--heads", "2", "--seq-len", "8",
          "--max-hops", "1", "--steps", "4", "--warmup-steps", "1", "--checkpoint-every", "2", "--no-progress",
          "--eval-samples", "4", "--device", "cpu"]
 
@@ -68,7 +69,8 @@ def probes_training(tmp: Path) -> dict[str, str]:
     out["--out is a file"] = _clear_cli(*_cli([*TRAIN, "--out", str(tmp / "afile")], tmp))
     out["--eval-samples 0"] = _clear_cli(*_cli([*TRAIN, "--eval-samples", "0", "--out", str(tmp / "e")], tmp))
     out["--eval-seed -1"] = _clear_cli(*_cli([*TRAIN, "--eval-seed", "-1", "--out", str(tmp / "e2")], tmp))
-    rc, err = _cli([sys.executable, "-m", "hoplib.training.sweep", "--grid", "quick", "--out", str(tmp / "s"),
+    rc, err = _cli([sys.executable, str(ROOT / "scripts" / "run_training.py"), "--grid", "quick",
+                    "--out", str(tmp / "s"),
                     "--shard", "2/1"], tmp)
     out["sweep --shard 2/1"] = _clear_cli(rc, err)
     return out

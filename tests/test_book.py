@@ -43,7 +43,7 @@ def test_config_pins_main_branch_colab_and_extensions():
     assert config["repository"]["branch"] == "main"
     assert config["launch_buttons"]["colab_url"].startswith("https://colab.research.google.com")
     assert {"sphinx_proof", "sphinx_exercise"} <= set(config["sphinx"]["extra_extensions"])
-    assert config["execute"]["execute_notebooks"] == "force"
+    assert config["execute"]["execute_notebooks"] == "cache", "each chapter executes once per change, in the build"
     assert config["sphinx"]["config"]["nb_execution_raise_on_error"] is True
 
 
@@ -114,40 +114,53 @@ def test_drift_is_detected(tmp_path, monkeypatch):
     assert notebooks.check() == ["chapters/orphan.ipynb has no .md source"]
 
 
-def test_sync_refresh_re_executes_checked_cells_whose_code_is_unchanged(tmp_path, monkeypatch):
-    """A change in hoplib (here: a file the cell reads) alters a checked output without changing the cell's code:
-    plain ``sync`` keeps the stored output, ``sync --refresh`` stores the new one."""
+def test_sync_from_build_fills_glued_values_and_the_download_notebook(tmp_path, monkeypatch):
+    """``sync --from-build`` takes the glued values from myst-nb's executed notebook; a plain ``sync`` keeps them
+    (from the notebook's metadata), and the download notebook of the built page carries the build's outputs."""
     chapters = tmp_path / "chapters"
     chapters.mkdir()
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
-    (chapters / "value.txt").write_text("old")
     md = chapters / "demo.md"
-    md.write_text(textwrap.dedent(f"""\
+    md.write_text(textwrap.dedent("""\
         ---
         jupytext:
-          text_representation: {{extension: .md, format_name: myst, format_version: 0.13}}
-        kernelspec: {{display_name: Python 3, language: python, name: python3}}
+          text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+        kernelspec: {display_name: Python 3, language: python, name: python3}
         ---
         # Demo
 
-        ```{{code-cell}} ipython3
-        :tags: [{notebooks.CHECK_TAG}]
-        print(open("value.txt").read())
+        ```{code-cell} ipython3
+        print("hello")
         ```
+
+        The answer is {glue:text}`answer:.1f` of {glue:text}`total`.
         """))
     monkeypatch.setattr(notebooks, "ROOT", tmp_path)
     monkeypatch.setattr(notebooks, "CHAPTERS", chapters)
-
-    def stored() -> str:
-        nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
-        return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
-
-    notebooks.sync()
-    assert stored().strip() == "old"
-    (chapters / "value.txt").write_text("new")
-    assert notebooks.sync() == [] and stored().strip() == "old"
-    assert notebooks.main(["sync", "--refresh", "nope"]) == 2 and stored().strip() == "old"
-    assert notebooks.main(["sync", "--refresh", "demo"]) == 0 and stored().strip() == "new"
+    monkeypatch.setattr(notebooks, "BUILD", tmp_path / "_build")
+    assert notebooks.check() == ["chapters/demo.ipynb is missing"]
+    assert notebooks.main(["sync", "--from-build"]) == 1, "no build yet: one line, exit 1"
+    built = jupytext.read(md, fmt="md:myst")
+    built.cells[1].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="hello\n"),
+        nbformat.v4.new_output("display_data", data={"text/plain": "41.96"},
+                               metadata={"scrapbook": {"name": "answer", "mime_prefix": ""}}),
+        nbformat.v4.new_output("display_data", data={"text/plain": "'1,000'"},
+                               metadata={"scrapbook": {"name": "total", "mime_prefix": ""}})]
+    (tmp_path / "_build" / "jupyter_execute" / "chapters").mkdir(parents=True)
+    (tmp_path / "_build" / "html" / "_sources" / "chapters").mkdir(parents=True)
+    nbformat.write(built, tmp_path / "_build" / "jupyter_execute" / "chapters" / "demo.ipynb")
+    assert notebooks.main(["sync", "--from-build"]) == 0
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "The answer is 42.0 of 1,000." in text and "computed in the notebook" not in text
+    assert all(not c.outputs for c in nb.cells if c.cell_type == "code"), "the committed notebook has no outputs"
+    download = nbformat.read(tmp_path / "_build" / "html" / "_sources" / "chapters" / "demo.ipynb", as_version=4)
+    assert any("hello" in o.get("text", "") for c in download.cells if c.cell_type == "code" for o in c.outputs)
+    shutil.rmtree(tmp_path / "_build")
+    assert notebooks.sync() == [] and notebooks.check() == [], "a plain sync keeps the stored values"
+    md.write_text(md.read_text() + "\nAnd {glue:text}`new_value`.\n")
+    assert "new_value" in notebooks.check()[0] and "build the book" in notebooks.check()[0]
 
 
 def _main_site_packages() -> str:

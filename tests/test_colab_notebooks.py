@@ -61,6 +61,8 @@ def test_every_exercise_keeps_a_collapsed_solution(md):
     nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert text.count("> **Exercise") == source.count("{exercise}")
+    answers = [c for c in nb.cells if "exercise-answer" in c.metadata.get("tags", [])]
+    assert len(answers) == source.count("{exercise}"), "every exercise keeps an empty cell for the student"
     solutions = source.count("{solution}") + source.count("{solution-start}")
     assert text.count("<summary>Solution</summary>") + text.count(colab_markdown.SOLUTION_NOTE) >= solutions
     assert "{solution" not in text
@@ -158,7 +160,7 @@ def demo(tmp_path, monkeypatch):
     main = write_book(tmp_path)
     monkeypatch.setattr(notebooks, "ROOT", tmp_path)
     monkeypatch.setattr(notebooks, "CHAPTERS", tmp_path / "chapters")
-    return notebooks.to_notebook(main)
+    return notebooks.to_notebook(main, {"share_1": "0.25", "fig_demo": "<Figure>"})
 
 
 def test_demo_chapter_citations_references_glue_and_macros_become_plain_text(demo):
@@ -167,7 +169,8 @@ def test_demo_chapter_citations_references_glue_and_macros_become_plain_text(dem
     assert "[The other chapter](https://owner.github.io/demo-book/chapters/other.html)" in text
     assert "[the other chapter](https://owner.github.io/demo-book/chapters/other.html)" in text
     assert "The code span `{ref}` stays." in text
-    assert "*(computed in the notebook: share_1)*" in text
+    assert "Value 0.25 and" in text, "glued values are filled in from the executed build"
+    assert demo.metadata[notebooks.GLUE_KEY] == {"share_1": "0.25"}, "only the values its prose shows"
     assert r"$\mathrm{hop}_k(x) = \perp$, $\langle a, b \rangle$" in text, "macros come from _config.yml"
     assert "(chap-main)=" not in text and text.startswith("# Main")
 
@@ -181,12 +184,14 @@ def test_demo_chapter_boxes_exercises_and_solutions_render_as_quotes_and_details
     assert "*Figure above: The *caption* of the figure.*" not in text and "The *caption* of the figure." in text
     assert "> **Note.** A remark." in text
     assert "> **Exercise.** Use the figure above." in text
+    answer = next(i for i, c in enumerate(demo.cells) if "exercise-answer" in c.metadata.get("tags", []))
+    assert demo.cells[answer - 1].source.endswith("> **Exercise.** Use the figure above."), "a cell for the student"
     assert "<details>\n<summary>Solution</summary>\n\nExplanation before the code.\n\n</details>" in text
     code = [c for c in demo.cells if c.cell_type == "code" and "colab-install" not in c.metadata.get("tags", [])]
-    assert [c.source for c in code] == ["x = 1", "answer = x + 1"], "solution code stays a code cell"
-    assert code[1].metadata["jupyter"]["source_hidden"] and code[1].metadata["cellView"] == "form"
+    assert [c.source for c in code] == ["x = 1", "# Your answer here\n", "answer = x + 1"]
+    assert code[2].metadata["jupyter"]["source_hidden"] and code[2].metadata["cellView"] == "form"
     assert "jupyter" not in code[0].metadata, "only solution code is collapsed"
-    before = demo.cells[demo.cells.index(code[1]) - 1]
+    before = demo.cells[demo.cells.index(code[2]) - 1]
     assert before.cell_type == "markdown" and before.source.endswith(colab_markdown.SOLUTION_NOTE)
     assert md[-1] == "After the exercise.", "the text after solution-end is not collapsed"
 
@@ -209,35 +214,13 @@ def test_book_url_is_the_github_pages_site_or_none():
     assert colab_markdown.book_url("https://gitlab.com/a/b") is None
 
 
-def test_markdown_only_edits_reuse_checked_outputs_without_executing(tmp_path, monkeypatch):
-    main = write_book(tmp_path)
-    main.write_text(main.read_text().replace("```{code-cell} ipython3\nx = 1",
-                                             "```{code-cell} ipython3\n:tags: [nbval-check-output]\nx = 1"))
-    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
-    monkeypatch.setattr(notebooks, "CHAPTERS", tmp_path / "chapters")
-    runs = []
-
-    class FakeClient:
-        def __init__(self, nb, **kwargs):
-            self.nb = nb
-
-        def execute(self):
-            runs.append(1)
-            for cell in self.nb.cells:
-                if cell.cell_type == "code":
-                    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
-
-    import nbclient
-
-    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
-    notebooks.sync()
-    main.write_text(main.read_text().replace("After the exercise.", "After the exercise, edited."))
-    notebooks.sync()
-    assert len(runs) == 1, "a Markdown edit does not re-execute the chapter"
-    assert notebooks.check() == []
-    main.write_text(main.read_text().replace("x = 1", "x = 2"))
-    notebooks.sync()
-    assert len(runs) == 2, "a code edit does"
+def test_an_unknown_glued_value_fails_with_what_to_run(tmp_path):
+    write_book(tmp_path)
+    chapter = colab_markdown.Chapter("chapters/main", colab_markdown.load_book(tmp_path))
+    with pytest.raises(ValueError, match="glued value 'share_1' of chapters/main is not known: build the book"):
+        colab_markdown.convert_text("Value {glue:text}`share_1:.2f`.", chapter)
+    chapter.values["share_1"] = "0.256"
+    assert colab_markdown.convert_text("Value {glue:text}`share_1:.2f`.", chapter) == "Value 0.26."
 
 
 def test_install_cell_stops_with_one_line_when_the_clone_fails(tmp_path, monkeypatch):
@@ -253,3 +236,17 @@ def test_install_cell_stops_with_one_line_when_the_clone_fails(tmp_path, monkeyp
     assert "repository.url in _config.yml" in lines[0] and "python scripts/notebooks.py sync" in lines[0]
     assert str(tmp_path / "no-such-repository") in lines[0]
     assert not (tmp_path / notebooks.repository()["name"]).exists()
+
+
+def test_a_literalinclude_becomes_the_code_it_names(tmp_path):
+    write_book(tmp_path)
+    (tmp_path / "lib.py").write_text("import os\n\n\nclass A:\n    def f(self):\n        return 1\n\n\ndef g():\n"
+                                     "    return 2\n")
+    book = colab_markdown.load_book(tmp_path)
+    chapter = colab_markdown.Chapter("chapters/main", book)
+    method = "```{literalinclude} ../lib.py\n:pyobject: A.f\n```"
+    assert colab_markdown.convert_text(method, chapter) == "```python\ndef f(self):\n    return 1\n```"
+    whole = colab_markdown.convert_text("```{literalinclude} ../lib.py\n```", chapter)
+    assert whole.startswith("```python\nimport os") and whole.endswith("return 2\n```")
+    with pytest.raises(ValueError, match="no 'h'"):
+        colab_markdown.convert_text("```{literalinclude} ../lib.py\n:pyobject: h\n```", chapter)

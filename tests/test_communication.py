@@ -65,8 +65,6 @@ def test_run_protocol_calls_players_in_speaking_order_and_validates_the_board():
     assert [(p.round, p.player, p.bits) for p in board.posts] == [(1, 3, (1,)), (1, 2, (0,)), (1, 1, (1,))]
     with pytest.raises(ValueError, match="empty"):
         comm.run_protocol([player(1)], 1, blackboard=board)
-    with pytest.raises(TypeError, match="callables"):
-        comm.run_protocol([1, 2], 1)
 
 
 @pytest.mark.parametrize("n_classes, bits", [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (1024, 10), (1025, 11)])
@@ -96,7 +94,7 @@ def test_float_bits_round_trip_any_float32(values):
 def test_sequence_ids_accepts_numpy_and_torch_integers_only():
     assert torch.equal(comm.sequence_ids(np.array([3, 1], dtype=np.int32)), torch.tensor([3, 1]))
     assert comm.sequence_ids(torch.tensor([2, 0])).dtype == torch.long
-    with pytest.raises(TypeError, match="x"):
+    with pytest.raises(ValueError, match="integer ids"):
         comm.sequence_ids(np.zeros(3))
     with pytest.raises(ValueError, match="1-D"):
         comm.sequence_ids(np.zeros((2, 2), dtype=np.int64))

@@ -22,7 +22,6 @@ from hoplib.lower_bounds.cot import (
     greedy_decode,
     hops_listed,
     lookups_per_token,
-    reference_greedy_decode,
     simulate_cot_protocol,
     train_cot,
 )
@@ -120,6 +119,17 @@ def test_sampling_is_seeded_and_k_fixed_when_asked() -> None:
     assert (c.ks == 3).all() and (c.prompt[:, 0] == 3).all()
 
 
+@torch.no_grad()
+def reference_greedy_decode(model: torch.nn.Module, prompt: list[int], n_new: int) -> list[int]:
+    """One sequence, one token at a time, in plain Python: the definition of greedy decoding."""
+    model.eval()
+    seq = [int(t) for t in prompt]
+    for _ in range(n_new):
+        logits = model(torch.tensor([seq]))[0, -1].float()
+        seq.append(max(range(logits.shape[0]), key=lambda c: float(logits[c])))
+    return seq[len(prompt):]
+
+
 def test_greedy_decode_equals_reference_loop() -> None:
     torch.manual_seed(0)
     task = CotTask(seq_len=10, alphabet_size=3, max_hops=3, chain="full")
@@ -186,8 +196,6 @@ def test_training_uses_the_shared_loop_and_reports_divergence() -> None:
         train_cot(cot_model(task, d_model=16, heads=2), task, steps=20, lr=1e30, warmup_steps=1, device="cpu",
                   progress=False)
     assert len(info.value.history["loss"]) < 20
-    with pytest.raises(ValueError, match="seed"):
-        train_cot(cot_model(task, d_model=16, heads=2), task, steps=2, seed=-1, device="cpu", progress=False)
     with pytest.raises(ValueError, match="steps"):
         train_cot(cot_model(task, d_model=16, heads=2), task, steps=2**20, device="cpu", progress=False)
 
@@ -227,8 +235,6 @@ def test_construction_attends_to_one_key_per_head_and_fails_when_warm() -> None:
     assert cot_errors(warm, task, n_samples=100, device="cpu")[3]["error"] > 0.2
     with pytest.raises(ValueError, match="chain"):
         CotConstruction(CotTask(seq_len=10, chain="half"))
-    with pytest.raises(ValueError, match="coldness"):
-        CotConstruction(task, coldness=0.0)
 
 
 @pytest.mark.parametrize("players", [1, 2, 5])
@@ -255,31 +261,9 @@ def test_protocol_outputs_equal_greedy_decoding_and_bits_equal_formula(players: 
         simulate_cot_protocol(cot_model(task, d_model=16, heads=2, depth=2), batch.prompt[0], 2, 2)
 
 
-def test_inputs_are_validated() -> None:
+def test_an_unknown_chain_is_refused() -> None:
     with pytest.raises(ValueError, match="chain"):
         CotTask(chain="quarter")
-    with pytest.raises(TypeError, match="chain"):
-        hops_listed(2, 3)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="k"):
-        chain_length(-1, "full")
-    task = CotTask(seq_len=10, alphabet_size=3, max_hops=3)
-    with pytest.raises(ValueError, match="k"):
-        task.sample(4, k=7)
-    with pytest.raises(ValueError, match="batch_size"):
-        task.sample(0)
-    with pytest.raises(TypeError, match="task"):
-        cot_model("task")  # type: ignore[arg-type]
-    model = cot_model(task, d_model=16, heads=2)
-    with pytest.raises(ValueError, match="steps"):
-        train_cot(model, task, steps=0, device="cpu", progress=False)
-    with pytest.raises(ValueError, match="lr"):
-        train_cot(model, task, steps=1, lr=-1.0, device="cpu", progress=False)
-    with pytest.raises(TypeError, match="model"):
-        cot_errors(object(), task)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="n_new"):
-        greedy_decode(model, task.sample(2).prompt, -1)
-    with pytest.raises(ValueError, match="token"):
-        task.token_str(task.vocab_size)
 
 
 def test_exercise_checkers_accept_the_reference_and_reject_a_letter_only_chain() -> None:

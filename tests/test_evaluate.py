@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hoplib.evaluate import error_records, errors_from_predictions, per_k_error, predictions, tidy_records
+from hoplib.evaluate import error_records, errors_from_predictions, per_k_error, predictions
 from hoplib.tasks import HopTask, hop
 
 
@@ -82,16 +82,10 @@ def test_records_are_tidy_and_validation_names_arguments():
     rows = error_records(Oracle(task), task, n_samples=5, device="cpu", depth=3)
     assert len(rows) == 6 and {r["metric"] for r in rows} == {"paper", "pooled"}
     assert all(r["depth"] == 3 and r["error"] == 0.0 for r in rows)
-    assert tidy_records({"2": 0.5, "10": 0.1}, depth=2) == [
-        {"depth": 2, "k": 2, "metric": "paper", "error": 0.5}, {"depth": 2, "k": 10, "metric": "paper", "error": 0.1}]
     with pytest.raises(ValueError, match="metric"):
         per_k_error(Oracle(task), task, metric="mean", device="cpu")
-    with pytest.raises(ValueError, match="n_samples"):
-        per_k_error(Oracle(task), task, n_samples=0, device="cpu")
-    with pytest.raises(TypeError, match="model"):
-        per_k_error("model", task)
-    with pytest.raises(ValueError, match="ks"):
-        per_k_error(Oracle(task), task, ks=[5], device="cpu")
+    with pytest.raises(ValueError, match="seed"):  # test seeds must stay clear of the training streams
+        per_k_error(Oracle(task), task, seed=2**30, device="cpu")
     assert predictions(Oracle(task), task.sample(3, seed=0)[0]).shape == (3, 11)
 
 
@@ -183,16 +177,6 @@ def test_best_find_per_head_recovers_the_planted_patterns_for_every_k():
                                include_start=False, n_samples=6, device="cpu")
     assert small["patterns"] == ["find^1", "find^2"] and small["best"][0, 1, 0] == 0
     assert float(small["best_score"][0, 0, 0]) < 1.0  # the prev head matches no find^j exactly
-    with pytest.raises(TypeError, match="include_start"):
-        best_find_per_head(PatternModel(task), task, include_start=1, device="cpu")
-    with pytest.raises(ValueError, match="js"):
-        best_find_per_head(PatternModel(task), task, js=[], device="cpu")
-    with pytest.raises(ValueError, match="ks"):
-        best_find_per_head(PatternModel(task), task, ks=[9], device="cpu")
-    with pytest.raises(TypeError, match="table"):
-        head_roles({"best": 1})
-    with pytest.raises(ValueError, match="min_score"):
-        head_roles(table, min_score=2)
 
 
 def test_best_pattern_heatmap_writes_the_argmax_of_each_cell():
@@ -251,23 +235,14 @@ def test_per_k_error_rejects_a_model_with_too_few_output_classes():
         error_records(model, task, n_samples=4, device="cpu")
 
 
-def test_per_k_error_rejects_a_model_with_too_few_embedding_rows():
-    task = HopTask(seq_len=12, max_hops=2)
-    with pytest.raises(ValueError, match="embedding"):
-        per_k_error(_TinyModel(task.vocab_size - 3, task.vocab_size), task, n_samples=4, device="cpu")
-
-
 def test_per_k_error_checks_a_gpt_config_against_the_task():
     from hoplib.models import GPT, GPTConfig
 
     task = HopTask(seq_len=12, max_hops=2)
     few_classes = GPT(GPTConfig(vocab_size=task.vocab_size, n_positions=11, depth=1, d_model=8, heads=1,
                                 n_classes=task.vocab_size - 1))
-    with pytest.raises(ValueError, match=r"output classes \(num_classes\)"):
+    with pytest.raises(ValueError, match="logits per position"):
         per_k_error(few_classes, task, n_samples=4, device="cpu")
-    few_rows = GPT(GPTConfig(vocab_size=task.vocab_size - 1, n_positions=11, depth=1, d_model=8, heads=1))
-    with pytest.raises(ValueError, match=r"embedding rows \(vocab_size\)"):
-        per_k_error(few_rows, task, n_samples=4, device="cpu")
 
 
 def test_predictions_checks_the_logits_shape():
@@ -276,13 +251,6 @@ def test_predictions_checks_the_logits_shape():
     assert predictions(_TinyModel(task.vocab_size, 5), x).shape == x.shape  # no class count asked for
     with pytest.raises(ValueError, match="5 logits per position"):
         predictions(_TinyModel(task.vocab_size, 5), x, num_classes=task.vocab_size)
-
-    class Flat(nn.Module):
-        def forward(self, ids):
-            return torch.zeros(ids.shape[0], 30)
-
-    with pytest.raises(ValueError, match="must map ids"):
-        predictions(Flat(), x)
 
 
 def test_copy_letter_error_is_zero_at_k0_and_one_at_k1():
@@ -294,7 +262,5 @@ def test_copy_letter_error_is_zero_at_k0_and_one_at_k1():
     assert err[0] == 0.0 and err[1] == 1.0  # no immediate repeats: hop_1 is never the current letter
     assert 0.2 < err[2] < 0.8 and err[3] > 0.75  # neither always right nor always wrong
     assert copy_letter_error(task, n_samples=300, metric="pooled")[1] == 1.0
-    with pytest.raises(TypeError, match="HopTask"):
-        copy_letter_error("task")
     with pytest.raises(ValueError, match="metric"):
         copy_letter_error(task, metric="mean")

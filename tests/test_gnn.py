@@ -3,9 +3,11 @@ log-depth side)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+from pathlib import Path
 
-import matplotlib.pyplot as plt
 import networkx as nx
 import numpy as np
 import pytest
@@ -18,26 +20,17 @@ from hoplib.lower_bounds.gnn import (
     MessagePassingGNN,
     aggregate,
     ball,
+    depths_needed,
     doubling_connectivity,
-    doubling_rounds_vs_diameter,
-    exact_gnn_depth_vs_diameter,
     exact_reachability_gnn,
-    gnn_accuracy_bound,
-    loukas_depth_scale,
     move_source_to_other_component,
-    mpc_connectivity_rounds,
     perturb_outside_ball,
-    plot_depth_vs_diameter,
-    plot_learned,
-    smallest_depth,
     train_gnn,
     train_transformer,
 )
-from hoplib.lower_bounds.gnn import depth_sweep as gnn_depth_sweep
 from hoplib.lower_bounds.graphs import (
     FAMILIES,
     bfs_distances,
-    component_size,
     min_diameter,
     node_features,
     parse_serialised,
@@ -45,6 +38,16 @@ from hoplib.lower_bounds.graphs import (
     serialise,
     vocab_size,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _nx(g, i: int) -> nx.Graph:
+    graph = nx.Graph()
+    graph.add_nodes_from(range(g.num_nodes))
+    graph.add_edges_from(g.edges[i].tolist())
+    return graph
+
 
 family_and_d = st.sampled_from(FAMILIES).flatmap(lambda f: st.tuples(st.just(f), st.integers(min_diameter(f), 9)))
 
@@ -55,9 +58,9 @@ family_and_d = st.sampled_from(FAMILIES).flatmap(lambda f: st.tuples(st.just(f),
 def test_instances_are_two_components_of_diameter_d_with_labels_matching_networkx(fd, seed):
     family, d = fd
     g = sample_graphs(family, d, 6, seed=seed)
-    assert g.num_nodes == 2 * component_size(family, d)
+    assert g.num_nodes == 2 * (d + 1 if family == "path" else 2 * d)
     for i in range(g.batch_size):
-        graph = g.to_networkx(i)
+        graph = _nx(g, i)
         comps = list(nx.connected_components(graph))
         assert len(comps) == 2
         assert all(nx.diameter(graph.subgraph(c)) == d for c in comps)
@@ -74,7 +77,7 @@ def test_instances_are_two_components_of_diameter_d_with_labels_matching_network
 def test_both_classes_have_the_same_degree_sequence():
     for family in FAMILIES:
         g = sample_graphs(family, 5, 200, seed=1)
-        degs = {tuple(sorted(d for _, d in g.to_networkx(i).degree())) for i in range(g.batch_size)
+        degs = {tuple(sorted(d for _, d in _nx(g, i).degree())) for i in range(g.batch_size)
                 if family != "tree"}
         assert len(degs) <= 1  # paths and cycles: one shape for both labels
         assert 0.35 < g.y.float().mean() < 0.65
@@ -84,21 +87,17 @@ def test_sample_graphs_is_reproducible_and_validates():
     a, b = sample_graphs("tree", 4, 8, seed=3), sample_graphs("tree", 4, 8, seed=3)
     assert torch.equal(a.edges, b.edges) and torch.equal(a.t, b.t)
     assert not torch.equal(a.edges, sample_graphs("tree", 4, 8, seed=4).edges)
-    with pytest.raises(ValueError, match="family"):
+    with pytest.raises(ValueError, match="famil"):
         sample_graphs("star", 4, 8)
     with pytest.raises(ValueError, match="diameter"):
         sample_graphs("cycle", 1, 8)
-    with pytest.raises(TypeError, match="batch_size"):
-        sample_graphs("path", 3, 2.0)
-    with pytest.raises(ValueError, match="p_connected"):
-        sample_graphs("path", 3, 2, p_connected=1.5)
 
 
 def test_bfs_distances_match_networkx():
     g = sample_graphs("tree", 6, 10, seed=5)
     d = bfs_distances(g.edges, g.num_nodes, g.t)
     for i in range(g.batch_size):
-        ref = nx.single_source_shortest_path_length(g.to_networkx(i), int(g.t[i]))
+        ref = nx.single_source_shortest_path_length(_nx(g, i), int(g.t[i]))
         assert d[i].tolist() == [ref.get(v, -1) for v in range(g.num_nodes)]
 
 
@@ -114,8 +113,6 @@ def test_serialise_format_and_round_trip():
     assert torch.equal(edges, g.edges) and torch.equal(s, g.s) and torch.equal(t, g.t)
     with pytest.raises(ValueError, match="n_ids"):
         serialise(g, n_ids=3)
-    with pytest.raises(ValueError, match="QRY"):
-        parse_serialised(ids.roll(1, 1), n)
 
 
 def test_serialise_with_marks_marks_every_occurrence_of_s_and_t():
@@ -145,7 +142,7 @@ def test_aggregate_matches_a_loop_over_neighbours():
     for how in AGGREGATIONS:
         out = aggregate(h, g.edges, how)
         for i in range(3):
-            graph = g.to_networkx(i)
+            graph = _nx(g, i)
             for v in range(g.num_nodes):
                 nb = torch.stack([h[i, u] for u in graph.neighbors(v)])
                 ref = {"sum": nb.sum(0), "mean": nb.mean(0), "max": nb.max(0).values}[how]
@@ -214,7 +211,7 @@ def test_exact_gnn_needs_exactly_d_layers(family, aggregation):
         assert torch.equal(pred_d, g.y)
         assert bool((pred_short == 0).all())  # every connected instance is missed
         acc_short = float((pred_short == g.y).float().mean())
-        assert acc_short <= gnn_accuracy_bound(d, d - 1) + 0.15
+        assert acc_short <= 0.5 + 0.15  # chance, max(p, 1 - p), up to sampling noise
         hv = exact_reachability_gnn(d, aggregation)
         with torch.no_grad():
             h = hv.embed(x)
@@ -224,54 +221,40 @@ def test_exact_gnn_needs_exactly_d_layers(family, aggregation):
         assert torch.equal(h[:, :, 0] > 0.5, (dist >= 0) & (dist <= d))
 
 
-def test_exact_gnn_depth_rows():
-    rows = exact_gnn_depth_vs_diameter("cycle", [2, 3, 5], batch_size=32)
-    assert [r["smallest_exact_depth"] for r in rows] == [2, 3, 5]
-    assert all(r["acc_at_D"] == 1.0 and r["acc_at_D_minus_1"] < 1.0 for r in rows)
-
-
-def test_accuracy_bound_and_loukas_scale():
-    assert gnn_accuracy_bound(5, 4) == 0.5 and gnn_accuracy_bound(5, 5) == 1.0
-    assert gnn_accuracy_bound(5, 2, 0.7) == pytest.approx(0.7)
-    assert loukas_depth_scale(16, 4) == pytest.approx(1.0)
-    with pytest.raises(ValueError):
-        loukas_depth_scale(0, 1)
-
-
-def test_model_validates_inputs():
+def test_model_refuses_an_unknown_aggregation():
     with pytest.raises(ValueError, match="aggregation"):
         MessagePassingGNN(2, 4, 1, aggregation="min")
-    with pytest.raises(TypeError, match="width"):
-        MessagePassingGNN(2, 4.0, 1)
-    model = MessagePassingGNN(2, 4, 1)
-    g = sample_graphs("path", 2, 2)
-    with pytest.raises(ValueError, match="x must have shape"):
-        model(torch.zeros(2, g.num_nodes, 3), g.edges)
 
 
 # --------------------------------------------------------------------------- the log-depth side
 def test_doubling_needs_ceil_log2_d_squarings_and_is_correct():
     for family in FAMILIES:
         ds = [2, 3, 4, 5, 8, 9, 16] if family != "path" else [1, 2, 3, 4, 5, 8, 9, 16]
-        rows = doubling_rounds_vs_diameter(family, ds, batch_size=4)
-        assert all(r["correct"] for r in rows)
-        assert [r["squarings"] for r in rows] == [math.ceil(math.log2(d)) for d in ds]
+        for d in ds:
+            g = sample_graphs(family, d, 4, seed=d)
+            r, squarings = doubling_connectivity(g.edges, g.num_nodes)
+            assert torch.equal(r[torch.arange(4), g.s, g.t].long(), g.y)
+            assert squarings == math.ceil(math.log2(d))
 
 
 def test_doubling_relation_is_networkx_components():
     g = sample_graphs("tree", 5, 3, seed=9)
     r, _ = doubling_connectivity(g.edges, g.num_nodes)
     for i in range(3):
-        comp = {v: j for j, c in enumerate(nx.connected_components(g.to_networkx(i))) for v in c}
+        comp = {v: j for j, c in enumerate(nx.connected_components(_nx(g, i))) for v in c}
         ref = np.array([[comp[u] == comp[v] for v in range(g.num_nodes)] for u in range(g.num_nodes)])
         assert np.array_equal(r[i].numpy(), ref)
 
 
 def test_mpc_protocol_labels_components_in_few_iterations():
-    rows = mpc_connectivity_rounds("path", [2, 8, 32], memory=256)
-    assert all(r["correct"] for r in rows)
-    assert all(r["layers"] == r["rounds"] + 1 for r in rows)
-    assert rows[-1]["iterations"] < 32  # far fewer than D: hooking and jumping shortcut the path
+    from hoplib.mpc.protocols import connected_components_protocol
+
+    for d in (2, 8, 32):
+        g = sample_graphs("path", d, 1, seed=d)
+        labels, stats = connected_components_protocol(g.edges[0].numpy(), g.num_nodes, 256)
+        assert (labels[int(g.s[0])] == labels[int(g.t[0])]) == bool(g.y[0])
+        assert len(set(labels.tolist())) == 2
+    assert stats.phases["iterations"] < 32  # far fewer than D: hooking and jumping shortcut the path
 
 
 # --------------------------------------------------------------------------- training (small)
@@ -289,10 +272,6 @@ def test_gnn_and_transformer_training_use_the_shared_loop_and_report_divergence(
         train_gnn("path", 2, 2, n_random=0, steps=20, width=8, eval_size=16, lr=1e30)
     with pytest.raises(DivergedError, match="diverged"):
         train_transformer("path", 2, 1, steps=20, d_model=8, heads=2, eval_size=16, lr=1e30)
-    with pytest.raises(ValueError, match="lr"):
-        train_gnn("path", 2, 2, steps=2, lr=0.0)
-    with pytest.raises(ValueError, match="seed"):
-        train_gnn("path", 2, 2, steps=2, seed=-1)
     a = train_gnn("cycle", 3, 2, steps=5, width=4, eval_size=32, seed=1)
     b = train_gnn("cycle", 3, 2, steps=5, width=4, eval_size=32, seed=1)
     assert (a["accuracy"], a["final_loss"]) == (b["accuracy"], b["final_loss"])
@@ -301,27 +280,12 @@ def test_gnn_and_transformer_training_use_the_shared_loop_and_report_divergence(
 def test_train_transformer_runs_and_reports():
     r = train_transformer("path", 2, 1, steps=5, d_model=16, heads=2, eval_size=64)
     assert 0.0 <= r["accuracy"] <= 1.0 and r["model"] == "transformer"
-    rows = [r, {**r, "depth": 2, "accuracy": 1.0}]
-    assert smallest_depth(rows, "transformer", 2, 0.9) == 2
-    assert smallest_depth(rows, "gnn", 2, 0.9) is None
-    with pytest.raises(ValueError, match="depth"):
-        train_transformer("path", 2, 0, steps=1)
 
 
-def test_depth_sweep_runs_the_requested_jobs_and_plots():
-    rows = gnn_depth_sweep("cycle", [1, 2], "around", [1], tf_diameters=[2],
-                           gnn={"steps": 2, "width": 4, "eval_size": 16},
-                           transformer={"steps": 2, "d_model": 8, "heads": 2, "eval_size": 16, "marks": True})
-    assert sorted((r["model"], r["depth"]) for r in rows) == [("gnn", 1), ("gnn", 2), ("gnn", 3),
-                                                            ("transformer", 1)]  # D = 1 skipped for cycles
-    assert plot_learned(rows, 0.9) is not None
-    with pytest.raises(ValueError, match="gnn_depths"):
-        gnn_depth_sweep("path", [2], "all", [1])
-    exact = exact_gnn_depth_vs_diameter("path", [2, 3], batch_size=8)
-    dbl = doubling_rounds_vs_diameter("path", [2, 3], batch_size=2)
-    mpc = mpc_connectivity_rounds("path", [2, 3])
-    assert plot_depth_vs_diameter(exact, dbl, mpc) is not None
-    plt.close("all")
+def test_depths_needed_reads_the_smallest_solving_depth():
+    accs = {2: [1.0, 1.0, 1.0], 4: [0.5, 0.95, 1.0], 8: [0.5, 0.5, 0.5]}
+    rows = [{"D": d, "depth": i + 1, "accuracy": a} for d, acc in accs.items() for i, a in enumerate(acc)]
+    assert depths_needed(rows, 0.9) == {2: 1, 4: 2, 8: None}
 
 
 # --------------------------------------------------------------------------- the edge-set transformer
@@ -331,7 +295,7 @@ def test_edge_labels_mark_exactly_the_edges_of_the_source_component():
     g = sample_graphs("tree", 4, 8, seed=3)
     labels = edge_labels(g)
     for i in range(g.batch_size):
-        comp = nx.node_connected_component(g.to_networkx(i), int(g.s[i]))
+        comp = nx.node_connected_component(_nx(g, i), int(g.s[i]))
         want = [int(int(u) in comp) for u, _ in g.edges[i].tolist()]
         assert labels[i].tolist() == want and sum(want) == g.num_edges // 2
 
@@ -349,8 +313,6 @@ def test_edge_set_transformer_is_equivariant_to_the_order_and_orientation_of_edg
     assert torch.allclose(model(shuffled, g.s), out[:, perm], atol=1e-5)
     with pytest.raises(ValueError, match="node names"):
         model(g.edges + g.num_nodes, g.s)
-    with pytest.raises(ValueError, match="edges must be"):
-        model(g.edges[0], g.s)
 
 
 def test_unmasked_attention_lets_the_first_token_see_the_last():
@@ -371,8 +333,6 @@ def test_train_edge_transformer_learns_diameter_two_paths_at_depth_one(pairs):
     r = train_edge_transformer("path", 2, 1, steps=400, d_model=32, heads=2, lr=3e-3, eval_size=256, pairs=pairs)
     assert r["model"] == "edge-transformer" and r["accuracy"] >= 0.9 and r["edge_accuracy"] >= 0.9
     assert r["target"] == ("edges+pairs" if pairs else "edges")
-    with pytest.raises(ValueError, match="depth"):
-        train_edge_transformer("path", 2, -1, steps=1)
 
 
 def test_same_component_is_the_equivalence_relation_of_the_two_components():
@@ -390,10 +350,6 @@ def test_same_component_is_the_equivalence_relation_of_the_two_components():
     h = model.hidden(g.edges, g.s)
     assert model.same_component_logits(h).shape == same.shape
     assert torch.allclose(model.gpt.unembed(h), model(g.edges, g.s))
-    with pytest.raises(ValueError, match="pair read-out"):
-        EdgeSetTransformer(g.num_nodes, 1, d_model=16, heads=2).same_component_logits(h)
-    with pytest.raises(TypeError, match="pairs"):
-        EdgeSetTransformer(g.num_nodes, 1, d_model=16, heads=2, pairs=1)
 
 
 def test_exercise_checkers_accept_right_and_reject_wrong_answers():
@@ -416,3 +372,40 @@ def test_exercise_checkers_accept_right_and_reject_wrong_answers():
     assert not check_reach_layer(one_way).passed
     assert check_squarings(lambda family, d: math.ceil(math.log2(d))).passed
     assert not check_squarings(lambda family, d: math.floor(math.log2(d))).passed
+
+
+# --------------------------------------------------------------------------- scripts/run_gnn.py
+def _run_gnn():
+    spec = importlib.util.spec_from_file_location("run_gnn", ROOT / "scripts" / "run_gnn.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["edge_sweep", "pair_sweep"])
+def test_stored_sweeps_were_made_with_the_scripts_cpu_settings(name):
+    params = json.loads((ROOT / "results" / "gnn" / "cpu" / f"{name}.json").read_text())["parameters"]
+    part = name.split("_")[0]
+    assert {k: v for k, v in params.items() if k not in ("chapter", "part", "profile", "device", "seed")} \
+        == _run_gnn().settings("cpu", part)
+
+
+def test_run_gnn_control_run_names_its_steps_and_subset_and_refuses_bad_arguments(tmp_path, capsys):
+    from hoplib._book.cli import run_cli
+
+    main = _run_gnn().main
+    path = main(["--out", str(tmp_path), "--profile", "quick", "--diameters", "2", "--depths", "1",
+                 "--steps", "3"])
+    assert path.name == "edge_sweep_steps3.json"
+    stored = json.loads(path.read_text())
+    assert (stored["parameters"]["edge_ds"], stored["parameters"]["edge_depths"]) == ([2], [1])
+    assert [(r["D"], r["depth"], r["steps"]) for r in stored["data"]] == [(2, 1, 3)]
+    deeper = main(["--out", str(tmp_path), "--profile", "quick", "--part", "pair", "--diameters", "2",
+                   "--depths", "4", "1", "--steps", "2"])  # a depth beyond the profile's: named in the file
+    assert deeper.name == "pair_sweep_steps2_depths1-4.json"
+    assert json.loads(deeper.read_text())["data"][0]["target"] == "edges+pairs"
+    assert run_cli(main, ["--out", str(tmp_path), "--profile", "quick", "--diameters", "2", "--depths", "1",
+                          "--steps", "3"]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert run_cli(main, ["--out", str(tmp_path), "--profile", "quick", "--diameters", "3"]) == 2
+    assert "not in the profile" in capsys.readouterr().err

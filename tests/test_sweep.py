@@ -12,7 +12,7 @@ import torch
 
 import hoplib.train as train_mod
 from hoplib.train import RunConfig, finished_results
-from hoplib.training.sweep import GRIDS, Grid, cli, collect, grid, run_name, run_status, run_sweep
+from hoplib.training.sweep import GRIDS, Grid, collect, grid, run_name, run_status, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(seq_len=10, max_hops=2, steps=30, lr=3e-3, warmup_steps=3, batch_size=8, eval_samples=10)
@@ -39,8 +39,6 @@ def test_paper_grid_is_the_authors_v1_grid_and_grids_are_named_once():
     quick = grid("quick").configs()
     assert max(c.max_hops for c in quick) <= 4 and len(quick) >= 3
     assert set(GRIDS) == {"quick", "small", "medium", "paper"} and grid("quick") is GRIDS["quick"]
-    with pytest.raises(ValueError, match="name"):
-        grid("huge")
 
 
 @pytest.mark.parametrize("name", ["small", "medium"])
@@ -142,10 +140,10 @@ def test_collect_mixes_complete_runs_and_skips_diverged_ones(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("{\"config\": {\"depth\": 2,", "not valid JSON"),  # a partial file
-    ("garbage", "not valid JSON"),
+    ("{\"config\": {\"depth\": 2,", "cannot be read as JSON"),  # a partial file
+    ("garbage", "cannot be read as JSON"),
     ("[1, 2]", "not a run record"),
-    ("{\"config\": {\"depth\": 2, \"d_model\": 16, \"heads\": 2}, \"complete\": true}", "lacks 'per_k_error'"),
+    ("{\"config\": {\"depth\": 2, \"d_model\": 16, \"heads\": 2}, \"complete\": true}", "malformed run record"),
     ("{\"config\": {\"depth\": 2, \"d_model\": 16, \"heads\": 2, \"colour\": 1}, \"complete\": true}",
      "malformed run record"),
 ])
@@ -191,7 +189,12 @@ def test_shards_split_the_grid_and_together_cover_it(tmp_path):
 @pytest.mark.parametrize("shard", ["2/1", "1/1", "a/b", "-1/2"])
 def test_a_bad_shard_is_a_one_line_usage_error(tmp_path, capsys, shard):
     # issue 13: --shard 2/1 used to end in a ValueError traceback after the grid was built
-    assert cli(["--grid", "quick", "--out", str(tmp_path), "--shard", shard]) == 2
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_training", ROOT / "scripts" / "run_training.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.cli(["--grid", "quick", "--out", str(tmp_path), "--shard", shard]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--shard" in err[0] and "Traceback" not in err[0]
     assert not list(tmp_path.iterdir())

@@ -26,7 +26,7 @@ from hoplib.train import (
     RunConfig,
     RunConflictError,
     TrainConfig,
-    cli,
+    config_argv,
     fit,
     fit_ensemble,
     linear_warmup_decay,
@@ -38,6 +38,16 @@ from hoplib.train import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "run_training.py"
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_training", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_schedule_warms_up_from_zero_then_decays_to_zero():
@@ -75,22 +85,16 @@ def _cfg(**kw) -> TrainConfig:
     return TrainConfig(**{**dict(steps=30, lr=3e-3, warmup_steps=3, batch_size=8), **kw})
 
 
-def test_train_config_validates_and_normalises_its_fields():
+def test_train_config_refuses_what_would_corrupt_the_data_streams():
     c = TrainConfig(steps=5, lr=1, weight_decay=0)
     assert c.lr == 1.0 and isinstance(c.lr, float) and c.batch_size == 32 and c.n_train is None
     assert TrainConfig(steps=5, lr=1) == TrainConfig(steps=5, lr=1.0)
-    with pytest.raises(ValueError, match="n_train"):
+    with pytest.raises(ValueError, match="n_train"):  # no whole batch
         TrainConfig(steps=5, n_train=10, batch_size=32)
-    with pytest.raises(ValueError, match="lr"):
-        TrainConfig(steps=5, lr=-1.0)
-    with pytest.raises(ValueError, match="lr"):
-        TrainConfig(steps=5, lr=float("nan"))
-    with pytest.raises(TypeError, match="steps"):
-        TrainConfig(steps=5.0)
-    with pytest.raises(ValueError, match="seed"):
+    with pytest.raises(ValueError, match="seed"):  # the training streams would reach the test seeds
         TrainConfig(steps=5, seed=128)
-    with pytest.raises(ValueError, match="eval_samples"):
-        TrainConfig(steps=5, eval_samples=0)
+    with pytest.raises(ValueError, match="steps"):
+        TrainConfig(steps=2**24 + 1)
     with pytest.raises(AttributeError):
         c.steps = 10  # frozen
 
@@ -129,28 +133,6 @@ def test_fit_is_deterministic_and_accepts_any_sequence_model():
     assert hist["n_train_used"] == 64
 
 
-def test_fit_rejects_bad_arguments_and_bad_models():
-    task = HopTask(seq_len=10, max_hops=2)
-    model = gpt_for_task(task, depth=1, d_model=16, heads=2)
-    with pytest.raises(TypeError, match="TrainConfig"):
-        fit(model, task, {"steps": 5}, device="cpu", progress=False)
-    with pytest.raises(TypeError, match="task"):
-        fit(model, "hop", TrainConfig(steps=5), device="cpu", progress=False)
-    with pytest.raises(TypeError, match="compile"):
-        fit(model, task, TrainConfig(steps=5), compile=1, device="cpu", progress=False)
-
-    class Wrong(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(1, 3)
-
-        def forward(self, ids):
-            return self.lin(ids.float().unsqueeze(-1))
-
-    with pytest.raises(ValueError, match="logits"):
-        fit(Wrong(), task, TrainConfig(steps=2), device="cpu", progress=False)
-
-
 def test_optimise_trains_any_loss_and_records_per_model_rows():
     torch.manual_seed(0)
     w = nn.Linear(3, 2)
@@ -162,11 +144,6 @@ def test_optimise_trains_any_loss_and_records_per_model_rows():
     hist = optimise(w, step_loss, TrainConfig(steps=200, lr=0.05, warmup_steps=5), device="cpu", progress=False)
     assert len(hist["loss"]) == 200 and all(len(row) == 2 for row in hist["loss"])
     assert max(hist["loss"][-1]) < 0.1 * min(hist["loss"][0])
-    with pytest.raises(ValueError, match="eval_fn"):
-        optimise(w, step_loss, TrainConfig(steps=2, eval_every=1), device="cpu", progress=False)
-    with pytest.raises(ValueError, match="step_loss"):
-        optimise(w, lambda s: torch.ones(2, 2, requires_grad=True), TrainConfig(steps=2), device="cpu",
-                 progress=False)
 
 
 def test_ensemble_training_equals_separate_training():
@@ -186,7 +163,7 @@ def test_ensemble_training_equals_separate_training():
         assert hists[e]["loss"] == pytest.approx(h["loss"], rel=1e-4, abs=1e-5)
         for p, q in zip(trained[e].parameters(), m.parameters(), strict=True):
             assert torch.allclose(p, q, atol=1e-5)
-    with pytest.raises(ValueError, match="more than seed and n_train"):
+    with pytest.raises(ValueError, match="equal up to seed and n_train"):
         fit_ensemble(copies[:2], task, [configs[0], _cfg(steps=16)], device="cpu", progress=False)
 
 
@@ -221,7 +198,7 @@ def test_checkpoint_roundtrip_and_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="not a hoplib training checkpoint"):
         load_checkpoint(path)
     torch.save({"format": 1, "model": {"w": torch.ones(2)}}, path)  # before checksums
-    with pytest.raises(CheckpointError, match="older hoplib"):
+    with pytest.raises(CheckpointError, match="not a hoplib training checkpoint"):
         load_checkpoint(path)
 
 
@@ -338,8 +315,6 @@ def test_run_config_round_trips_the_stored_runs_and_builds_their_task():
         RunConfig.from_dict({"depth": 2, "d_model": 16, "heads": 2, "colour": 1})
     with pytest.raises(ValueError, match="multiple of heads"):
         RunConfig(depth=2, d_model=16, heads=3)
-    with pytest.raises(ValueError, match="eval_seed"):
-        RunConfig(depth=2, d_model=16, heads=2, eval_seed=-1)
 
 
 # --------------------------------------------------------------------------- the command line
@@ -350,7 +325,7 @@ CLI = ["--depth", "2", "--d-model", "16", "--heads", "2", "--batch-size", "8", "
 
 def _cli(out: Path, *extra: str, wait: bool = True, base: list[str] = CLI):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-    cmd = [sys.executable, "-m", "hoplib.train", *base, "--out", str(out), *extra]
+    cmd = [sys.executable, str(SCRIPT), *base, "--out", str(out), *extra]
     if wait:
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -391,7 +366,7 @@ def test_cli_refuses_to_overwrite_a_stored_run_of_another_configuration(tmp_path
     assert "steps: stored 2000 vs now 6" in line and "d_model: stored 16 vs now 16" not in line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     # the stored configuration itself: nothing to do, nothing written
-    argv = RunConfig.from_dict(json.loads((out / "results.json").read_text())["config"]).to_argv()
+    argv = config_argv(RunConfig.from_dict(json.loads((out / "results.json").read_text())["config"]))
     r = _cli(out, "--device", "cpu", "--no-progress", base=argv)
     assert r.returncode == 0 and "nothing to do" in r.stdout, r.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -424,20 +399,18 @@ def test_cli_rejects_an_output_path_that_is_a_file_before_training(tmp_path):
     target = tmp_path / "a_file"
     target.write_text("x")
     r = _cli(target, "--steps", "5")
-    assert r.returncode == 2 and "is a file" in _one_line(r.stderr)
+    assert r.returncode == 2 and "cannot write to the output folder" in _one_line(r.stderr)
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--eval-samples", "0"], "eval_samples"), (["--eval-seed", "-1"], "eval_seed"), (["--steps", "0"], "steps"),
-    (["--seed", "500"], "seed"), (["--heads", "3"], "multiple of heads"), (["--n-train", "4"], "n_train"),
-    (["--lr", "nan"], "lr"), (["--checkpoint-every", "0"], "checkpoint_every"), (["--head", "x"], "head"),
-    (["--steps", "ten"], "steps"),
+    (["--steps", "0"], "steps"), (["--seed", "500"], "seed"), (["--heads", "3"], "multiple of heads"),
+    (["--n-train", "4"], "n_train"),
 ])
 def test_cli_reports_every_bad_argument_in_one_line_before_any_work(tmp_path, monkeypatch, capsys, extra,
                                                                     message):
     monkeypatch.setattr("hoplib.train.fit", lambda *a, **k: pytest.fail("training started"))
     out = tmp_path / "run"
-    code = cli([*CLI, "--steps", "5", "--out", str(out), *extra])
+    code = _script().cli([*CLI, "--steps", "5", "--out", str(out), *extra])
     line = _one_line(capsys.readouterr().err)
     assert code == 2 and message in line
     assert not (out / "checkpoint.pt").exists()
@@ -445,6 +418,7 @@ def test_cli_reports_every_bad_argument_in_one_line_before_any_work(tmp_path, mo
 
 def test_cli_reports_unusable_output_folders_before_any_work(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("hoplib.train.fit", lambda *a, **k: pytest.fail("training started"))
+    cli = _script().cli
     (tmp_path / "f").write_text("x")
     assert cli([*CLI, "--steps", "5", "--out", str(tmp_path / "f" / "sub")]) == 2
     assert "cannot write to the output folder" in _one_line(capsys.readouterr().err)

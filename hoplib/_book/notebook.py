@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,7 @@ import torch
 import hoplib
 from hoplib._book.device import get_device, seed_everything
 from hoplib._book.provenance import save_results
-from hoplib._book.tables import Table
-from hoplib._book.timing import Job, time_rows
-from hoplib._book.validate import check_choice, check_int
+from hoplib._book.validate import check_choice
 
 
 @dataclass
@@ -55,12 +52,11 @@ class ChapterRun:
 
 
 def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | None,
-          profiles: dict[str, dict[str, Any]], jobs: Callable[[str], list[Job]] | None = None) -> ChapterRun:
-    """Validate a chapter's parameters and return its :class:`ChapterRun`; prints a one-line summary and the
-    time each profile takes (:func:`hoplib._book.timing.time_rows`: CPU measured by the stored runs, GPU
-    estimated from ``jobs``, the training work of a profile, when the chapter trains models)."""
+          profiles: dict[str, dict[str, Any]]) -> ChapterRun:
+    """Check a chapter's parameters and return its :class:`ChapterRun`: the device resolved in one place,
+    every generator seeded, the book's figure style set, and one printed line saying what runs where. (The
+    time each profile takes is in the stored-runs appendix.)"""
     check_choice("profile", profile, tuple(profiles))
-    seed = check_int("seed", seed, low=0, high=2**32 - 1)
     dev = get_device(device)
     seed_everything(seed)
     from hoplib.plots import use_book_style  # the book's one figure style (fonts, SVG output)
@@ -68,13 +64,8 @@ def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | Non
     use_book_style()
     out = Path(out_dir) / chapter / profile if out_dir else None
     run = ChapterRun(chapter, profile, dev, seed, dict(profiles[profile]), out)
-    print(f"hoplib {hoplib.__version__} | torch {torch.__version__} | chapter {chapter} | profile {profile} "
-          f"| device {dev.type} | seed {seed}" + (f" | results -> {out}" if out else ""))
-    rows = time_rows(chapter, list(profiles), jobs)
-    if any(value != "-" for row in rows for key, value in row.items() if key != "profile"):
-        show(Table(list(rows[0]), [list(r.values()) for r in rows],
-                   caption="Time per profile: CPU measured by the stored run; GPU estimated from FLOPs "
-                           "(hoplib._book.timing), not measured; '-': nothing stored or nothing to estimate."))
+    print(f"hoplib {hoplib.__version__} | torch {torch.__version__} | {chapter} | profile {profile} "
+          f"| {dev.type} | seed {seed}" + (f" | results -> {out}" if out else ""))
     return run
 
 
@@ -117,8 +108,10 @@ def glue(name: str, value: Any, display: bool = False) -> None:
     matplotlib figure is closed afterwards, so it appears once, where ``{glue:figure}`` places it (outside the
     book, e.g. on Colab, the figure is left open and Jupyter's inline backend shows it in place).
     """
-    if os.environ.get("HOPLIB_PLAIN_NOTEBOOK"):  # set by the Colab install cell: show figures in place
-        return
+    if os.environ.get("HOPLIB_PLAIN_NOTEBOOK"):  # set by the Colab install cell: show values in place
+        if not isinstance(value, (str, int, float)) and not hasattr(value, "savefig"):
+            show(value)  # a glued table: the book places it with {glue:}; a notebook shows it here
+        return  # figures stay open and Jupyter's inline backend shows them; numbers are in the prose
     try:
         from myst_nb import glue as _glue
     except ImportError:  # pragma: no cover - only outside the book's environment

@@ -1,12 +1,6 @@
-"""The two kinds of block of the hand-built model, and builders that set their weights by subspace name.
-
-:class:`Head` is one causal softmax attention head whose value map writes straight back into the residual
-stream; :class:`MLP` a token-wise ReLU MLP. Their weights are written through :class:`HeadWeights` and
-:class:`MLPWeights`, which speak the language of :class:`~hoplib.construction.layout.Layout`: "add the inner
-product of the query's ``ptr`` with the key's ``pos`` to the score", "copy the key's ``letter`` into
-``ptr_letter``", "replace ``acc`` by ``fetch.acc`` when the gate ``gates.acc4`` is 1". The lookUp and
-lastOccurrence heads (Lemmas D.1, D.2 of Sanford, Hsu & Telgarsky, arXiv v1) are built from these.
-"""
+"""The blocks of the hand-built model (a causal softmax :class:`Head`, a ReLU :class:`MLP`) and builders that
+write their weights by subspace name: "score the query's ``ptr`` against the key's ``pos``", "copy the key's
+``letter`` into ``ptr_letter``", "replace ``acc`` by ``fetch.acc`` where the gate ``gates.acc4`` is 1"."""
 
 from __future__ import annotations
 
@@ -15,32 +9,26 @@ from torch import nn
 
 from hoplib.construction.layout import Layout
 
-__all__ = ["GATE_BOUND", "MLP", "Head", "HeadWeights", "MLPWeights"]
-
 BLOCK_ELEMS = 2**24  # attention is computed in query blocks of at most this many scores
 GATE_BOUND = 4.0  # gated products g*v in the MLPs are exact for |v| <= this bound
 F64 = torch.float64
 
 
 class Head(nn.Module):
-    """One causal softmax attention head; the value map writes straight into the residual stream.
-
-    Buffers: ``wq``, ``wk`` (d, n_scores) map the residual stream to queries and keys, whose inner product is
-    the margin-normalised score; ``wv`` (d, n_written) and ``wo`` (n_written, d) factor the value map, ``wo``
-    selecting the coordinates the head writes. ``name`` says what the head computes.
-    """
+    """One causal softmax attention head, softmax(c q k^T) v added to the residual stream: ``wq``, ``wk`` give
+    margin-normalised scores; ``wv`` and ``wo`` factor the value map, ``wo`` selecting the written coordinates."""
 
     def __init__(self, wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, name: str):
         super().__init__()
         self.name = name
-        used = wv.abs().sum(0) > 0  # W_V (d x d) factored as W_V' W_O with W_O selecting the written coordinates
+        used = wv.abs().sum(0) > 0
         self.register_buffer("wq", wq)
         self.register_buffer("wk", wk)
         self.register_buffer("wv", wv[:, used].contiguous())
         self.register_buffer("wo", torch.eye(wv.shape[1], dtype=wv.dtype)[used].contiguous())
 
     def forward(self, x: torch.Tensor, c: float, keep: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Causal softmax(c q k^T) v, computed in blocks of query rows (memory O(block * T), exact same math)."""
+        """Causal softmax attention in blocks of query rows (memory O(block * T), the same math)."""
         q, k, v = x @ (self.wq * c), x @ self.wk, x @ self.wv
         t = x.shape[-2]
         block = max(1, min(t, BLOCK_ELEMS // max(1, x.shape[0] * t)))
@@ -84,8 +72,7 @@ class HeadWeights:
     def score(self, query: str, key: str, scale: float = 1.0) -> None:
         """Add ``scale`` * <query's ``query`` subspace, key's ``key`` subspace> to every score."""
         q, k, n = self.layout[query], self.layout[key], self.layout.size(query)
-        if self.layout.size(key) != n or self._next + n > self.wq.shape[1]:
-            raise ValueError(f"cannot score {query!r} against {key!r}: sizes differ or no score columns left")
+        assert self.layout.size(key) == n, f"cannot score {query!r} against {key!r}: sizes differ"
         cols = slice(self._next, self._next + n)
         self._next += n
         self.wq[q, cols] = torch.eye(n, dtype=F64) * scale
@@ -93,12 +80,8 @@ class HeadWeights:
 
     def copy(self, src: str, dst: str) -> None:
         """The head writes the attended key's ``src`` subspace into the query's ``dst`` subspace."""
-        n = self.layout.size(src)
-        if self.layout.size(dst) != n:
-            raise ValueError(f"cannot copy {src!r} into {dst!r}: sizes differ")
-        s, t = self.layout[src].start, self.layout[dst].start
-        for i in range(n):
-            self.wv[s + i, t + i] = 1.0
+        assert self.layout.size(src) == self.layout.size(dst), f"cannot copy {src!r} into {dst!r}"
+        self.wv[self.layout[src], self.layout[dst]] += torch.eye(self.layout.size(src), dtype=F64)
 
     def build(self, dtype: torch.dtype, name: str) -> Head:
         return Head(self.wq.to(dtype), self.wk.to(dtype), self.wv.to(dtype), name)
@@ -110,53 +93,43 @@ class MLPWeights:
 
     def __init__(self, layout: Layout):
         self.layout = layout
-        self.d = layout.width
         self.rows: list[tuple[torch.Tensor, float, torch.Tensor]] = []
 
-    def _vec(self, entries: list[tuple[int, float]]) -> torch.Tensor:
-        w = torch.zeros(self.d, dtype=F64)
-        for i, coef in entries:
-            w[i] += coef
+    def _vec(self, entries: dict[int, float]) -> torch.Tensor:
+        w = torch.zeros(self.layout.width, dtype=F64)
+        w[list(entries)] = torch.tensor(list(entries.values()), dtype=F64)
         return w
 
-    def _move(self, src: list[tuple[int, float]], dst: int, gate: int | None) -> None:
-        """Add (gate *) sum(coef * x[src]) to x[dst]."""
-        w, out = self._vec(src), self._vec([(dst, 1.0)])
-        if gate is None:
-            self.rows += [(w, 0.0, out), (-w, 0.0, -out)]
-            return
+    def _move(self, src: dict[int, float], dst: int, gate: int | None) -> None:
+        """Add (gate *) sum(coef * x[i] for i, coef in src) to x[dst]."""
+        w, out, b = self._vec(src), self._vec({dst: 1.0}), 0.0 if gate is None else -GATE_BOUND
         wp, wn = w.clone(), -w
-        wp[gate] += GATE_BOUND
-        wn[gate] += GATE_BOUND
-        self.rows += [(wp, -GATE_BOUND, out), (wn, -GATE_BOUND, -out)]
+        if gate is not None:
+            wp[gate] += GATE_BOUND
+            wn[gate] += GATE_BOUND
+        self.rows += [(wp, b, out), (wn, b, -out)]
 
     def replace(self, dst: str, src: str, gate: str | None = None) -> None:
         """Set subspace ``dst`` to ``src`` (add src - dst), or only where the one-wide ``gate`` is 1."""
         lay = self.layout
-        if lay.size(src) != lay.size(dst):
-            raise ValueError(f"cannot replace {dst!r} by {src!r}: sizes differ")
+        assert lay.size(src) == lay.size(dst), f"cannot replace {dst!r} by {src!r}: sizes differ"
         g = None if gate is None else lay.coord(gate)
         s, t = lay[src].start, lay[dst].start
         for i in range(lay.size(dst)):
-            self._move([(s + i, 1.0), (t + i, -1.0)], t + i, g)
+            self._move({s + i: 1.0, t + i: -1.0}, t + i, g)
 
     def clear(self, name: str) -> None:
         """Set subspace ``name`` to 0."""
-        start = self.layout[name].start
-        for i in range(self.layout.size(name)):
-            self._move([(start + i, -1.0)], start + i, None)
+        for i in range(self.layout[name].start, self.layout[name].stop):
+            self._move({i: -1.0}, i, None)
 
     def snap_to_bits(self, name: str) -> None:
         """Replace each coordinate g of ``name`` by relu(8g - 1) - relu(8g - 2): 0 stays 0, 1/2 and 1 become 1."""
-        start = self.layout[name].start
-        for g in range(start, start + self.layout.size(name)):
-            w, out = self._vec([(g, 8.0)]), self._vec([(g, 1.0)])
+        for g in range(self.layout[name].start, self.layout[name].stop):
+            w, out = self._vec({g: 8.0}), self._vec({g: 1.0})
             self.rows += [(w, -1.0, out), (w, -2.0, -out), (w / 8, 0.0, -out)]
 
-    def build(self, dtype: torch.dtype) -> MLP | None:
-        """The MLP, or None if no unit was added."""
-        if not self.rows:
-            return None
+    def build(self, dtype: torch.dtype) -> MLP:
         w1 = torch.stack([r[0] for r in self.rows], dim=1)
         b1 = torch.tensor([r[1] for r in self.rows], dtype=F64)
         w2 = torch.stack([r[2] for r in self.rows], dim=0)

@@ -1,9 +1,4 @@
-"""Checkers for the exercises of the chapter on chain of thought (Definition 5.5, Corollary 5.6 of the paper;
-:mod:`hoplib.lower_bounds.cot`).
-
-* :func:`check_full_chain`: write the full pointer chain of hop_k for a letter sequence, token by token.
-* :func:`check_lookups`: count the dependent lookups each generated token needs, for each chain length.
-"""
+"""Checkers for the exercises of the chapter on chain of thought: the full pointer chain, and the lookups per token."""
 
 from __future__ import annotations
 
@@ -50,12 +45,8 @@ def check_full_chain(user_fn: Callable[[list[int], int], Any]) -> CheckResult:
 
 
 def check_lookups(user_fn: Callable[[int, str], Any]) -> CheckResult:
-    """Check ``user_fn(k, chain) -> list of int``: for each generated token (chain, then answer), the number of
-    dependent lookups (a search or a fetch) it needs after the token before it.
-
-    Compared with :func:`hoplib.lower_bounds.cot.lookups_per_token` for k = 0..12 and every chain of
-    :data:`hoplib.lower_bounds.cot.CHAINS`.
-    """
+    """Check ``user_fn(k, chain) -> list of int``: for each generated token (chain, then answer), the dependent
+    lookups it needs after the token before it; against :func:`~hoplib.lower_bounds.cot.lookups_per_token`."""
 
     def user(k: int, chain: str) -> list[int]:
         return [int(v) for v in user_fn(k, chain)]

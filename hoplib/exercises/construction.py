@@ -7,56 +7,42 @@ from collections.abc import Callable
 
 import torch
 
-from hoplib.construction import depth_ceil, hop_transformer, program_hops
+from hoplib.construction import hop_transformer, program_hops
 from hoplib.exercises import CheckResult, check_function
+from hoplib.report import depth_ceil
 from hoplib.tasks import HopTask, find, letters_to_str
 
 
 def check_hop_program(user_program: Callable[[int], list[str]]) -> CheckResult:
-    """Check a reader's ``program(k)``: a list of 'keep'/'acc'/'ptr' for layers 3, 4, ... that reaches exactly
-    k hops (as run by :func:`hoplib.construction.program_hops`) with ⌈log₂ k⌉ + 2 layers in all, k = 1..64
-    (Theorem 4.2 as built in the book). For k = 1 the right program is empty: after layer 2 the pointer P
-    already holds one hop and the answer is read from it, so the model has 2 layers."""
+    """Check ``program(k)`` (a list of 'keep'/'acc'/'ptr' for layers 3, 4, ...): it must reach exactly k hops
+    with ⌈log₂ k⌉ + 2 layers in all, k = 1..64. For k = 1 the program is empty: P already holds one hop."""
 
-    def summary(fn: Callable[[int], list[str]]) -> Callable[[int], tuple[int, int]]:
-        def run(k: int) -> tuple[int, int]:
-            prog = list(fn(k))
-            return len(prog) + 2, (program_hops(prog) if prog else 1)
-        return run
+    def run(k: int) -> tuple[int, int]:
+        prog = list(user_program(k))
+        return len(prog) + 2, (program_hops(prog) if prog else 1)
 
-    def reference(k: int) -> tuple[int, int]:
-        return depth_ceil(k), k
-
-    return check_function(summary(user_program), reference, [(k,) for k in range(1, 65)],
+    return check_function(run, lambda k: (depth_ceil(k), k), [(k,) for k in range(1, 65)],
                           name="program (depth, hops)", describe=lambda c: f"k={c[0]}")
 
 
 def check_hardmax_temperature(user_fn: Callable[[int, float, int], float]) -> CheckResult:
-    """Check a reader's ``c(n, margin, bits)``: the smallest inverse temperature c with
-    (n - 1) exp(-c * margin) <= 2^-bits, i.e. softmax over n keys puts at most 2^-bits off the top key
-    (Lemma A.2). Compared to 6 significant digits."""
+    """Check ``c(n, margin, bits)``: the smallest c with (n - 1) exp(-c * margin) <= 2^-bits (Lemma A.2),
+    compared to 6 significant digits."""
 
     def reference(n: int, margin: float, bits: int) -> float:
         return float(f"{(math.log(n - 1) + bits * math.log(2)) / margin:.6g}")
 
-    def rounded(n: int, margin: float, bits: int) -> float:
-        return float(f"{float(user_fn(n, margin, bits)):.6g}")
-
-    cases = [(n, margin, bits) for n in (2, 10, 100, 1000, 10**6) for margin in (1.0, 0.25, 1e-3)
-             for bits in (8, 24, 53)]
-    return check_function(rounded, reference, cases, name="hardmax temperature",
+    cases = [(n, m, b) for n in (2, 10, 100, 1000, 10**6) for m in (1.0, 0.25, 1e-3) for b in (8, 24, 53)]
+    return check_function(lambda *c: float(f"{float(user_fn(*c)):.6g}"), reference, cases, name="hardmax temperature",
                           describe=lambda c: f"n={c[0]}, margin={c[1]}, bits={c[2]}")
 
 
 def check_read_find(user_fn: Callable[[torch.nn.Module, torch.Tensor], list[int]]) -> CheckResult:
-    """Check a reader's ``read_find(model, x)``: from ``model.trace`` of a hop_transformer on a 1-D letter
-    tensor ``x``, read find¹ off the attention weights of the induction head (layer 2), as a list in hoplib's
-    convention (-1 for ⊥)."""
+    """Check ``read_find(model, x)``: find¹ read off the induction head's (layer 2's) attention weights in
+    ``model.trace`` of a hop_transformer on a 1-D letter tensor ``x``, as a list (-1 for ⊥)."""
     gen = torch.Generator().manual_seed(5)
-    cases = []
-    for n, a in ((6, 2), (12, 3), (25, 4), (40, 4), (30, 7)):
-        x = HopTask(seq_len=n + 2, alphabet_size=a).letters(1, gen, torch.device("cpu"))[0]
-        cases.append((hop_transformer(2, n, a), x))
+    cases = [(hop_transformer(2, n, a), HopTask(seq_len=n + 2, alphabet_size=a).letters(1, gen, "cpu")[0])
+             for n, a in ((6, 2), (12, 3), (25, 4), (40, 4), (30, 7))]
     cases.append((hop_transformer(3, 10, 3), torch.tensor([0, 0, 1, 1, 2, 0, 0, 2])))  # repeats
     return check_function(user_fn, lambda model, x: find(x).tolist(), cases, name="read_find",
                           describe=lambda c: f"x={letters_to_str(c[1])!r}")

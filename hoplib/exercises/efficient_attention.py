@@ -1,9 +1,5 @@
-"""Checkers for the exercises of the chapter on efficient attention (Corollaries 5.3 and 5.4 of the paper).
-
-* :func:`check_longformer_mask`: the causal Longformer mask of Corollary 5.4 (0-based positions).
-* :func:`check_longformer_bits`: the number of bits the players post when a Longformer GPT runs as a
-  blackboard protocol (:func:`hoplib.lower_bounds.efficient.simulate_longformer_protocol`), measured, not computed.
-"""
+"""Checkers for the exercises of the efficient-attention chapter: the causal Longformer mask, and the bits a
+Longformer GPT posts as a blackboard protocol (measured by running the protocol)."""
 
 from __future__ import annotations
 
@@ -14,8 +10,7 @@ import numpy as np
 import torch
 
 from hoplib.exercises import CheckResult, check_function
-from hoplib.lower_bounds import communication as pc
-from hoplib.lower_bounds import efficient as eff
+from hoplib.lower_bounds import communication, reductions
 from hoplib.lower_bounds import efficient_attention as attn
 from hoplib.models import GPT, GPTConfig
 
@@ -30,11 +25,7 @@ def _mask_cases() -> list[tuple[int, int, int | None]]:
 
 
 def check_longformer_mask(user_fn: Callable[[int, int, int | None], Any]) -> CheckResult:
-    """Check ``user_fn(n, window, global_every)`` -> an n x n 0/1 (or bool) matrix, 1 where query i may attend j.
-
-    Compared with :func:`hoplib.lower_bounds.efficient_attention.longformer_mask`: 0-based positions, causal,
-    window radius ``window``, global positions j = 0 mod ``global_every`` (None: no global positions).
-    """
+    """Check ``user_fn(n, window, global_every)`` -> an n x n 0/1 matrix against ``longformer_mask``."""
 
     def rows(arr: np.ndarray) -> list[str]:  # one string per query row, e.g. '1101000': short messages
         return ["".join(str(int(v)) for v in row) for row in arr]
@@ -61,18 +52,14 @@ def measured_longformer_bits(n: int, num_players: int, n_layers: int, d_model: i
                     attention=attn.LongformerAttention(window, global_every))
     model = GPT(cfg).eval()
     x = np.random.default_rng(n).integers(0, 5, size=n)
-    board = pc.Blackboard(num_players)
-    eff.simulate_longformer_protocol(model, x, num_players, blackboard=board)
+    board = communication.Blackboard(num_players)
+    reductions.simulate_longformer_protocol(model, x, num_players, blackboard=board)
     return sum(len(p.bits) for p in board.posts if p.player > 1)
 
 
 def check_longformer_bits(user_fn: Callable[[int, int, int, int, int, int | None], int]) -> CheckResult:
-    """Check a formula ``user_fn(n, num_players, n_layers, d_model, window, global_every)`` for the bits posted.
-
-    The reference runs :func:`hoplib.lower_bounds.efficient.simulate_longformer_protocol` on a random model and
-    counts the bits that P_p, ..., P_2 post (P_1's one answer message is left out). Blocks follow
-    :func:`hoplib.lower_bounds.communication.block_sizes`.
-    """
+    """Check a formula ``user_fn(n, num_players, n_layers, d_model, window, global_every)`` for the bits that
+    P_p, ..., P_2 post, against the protocol run on a random model."""
     cases = [(25, 3, 2, 4, 3, 6), (25, 3, 1, 4, 3, None), (17, 4, 2, 2, 6, 4), (12, 2, 1, 4, 0, 5),
              (30, 5, 3, 2, 10, 7), (9, 9, 1, 2, 1, 2), (40, 4, 2, 4, 5, 1), (21, 3, 1, 2, 30, None)]
     return check_function(lambda *c: int(user_fn(*c)), measured_longformer_bits, cases, name="your bit count",

@@ -1,5 +1,4 @@
-"""Checkers for the exercises of the chapter on GNNs and connectivity (Theorem 5.1, Corollary 3.3 of the paper):
-one layer of the reachability GNN, and the number of squarings pointer doubling needs."""
+"""Checkers for the exercises of the GNN chapter: one reachability layer, and the squarings of doubling."""
 
 from __future__ import annotations
 
@@ -54,13 +53,10 @@ def _measured_squarings(family: str, diameter: int) -> int:
 
 
 def check_squarings(user_count: Callable[[str, int], int]) -> CheckResult:
-    """Check ``user_count(family, D)``: the number of squarings of ``R = I + A`` that change R before it
-    stops changing, on :func:`hoplib.lower_bounds.graphs.sample_graphs` instances (measured with
-    :func:`hoplib.lower_bounds.gnn.doubling_connectivity`)."""
+    """Check ``user_count(family, D)``: the squarings of ``R = I + A`` that change R, as measured by
+    :func:`hoplib.lower_bounds.gnn.doubling_connectivity`."""
     cases = [("path", d) for d in (1, 2, 3, 4, 7, 8, 9, 33)] + [("cycle", d) for d in (2, 5, 16)] + [
         ("tree", d) for d in (2, 6, 17)]
     return check_function(user_count, _measured_squarings, cases, name="your count",
                           describe=lambda c: f"family={c[0]}, D={c[1]}")
 
-
-__all__ = ["check_reach_layer", "check_squarings"]

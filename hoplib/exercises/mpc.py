@@ -1,4 +1,4 @@
-"""Checkers for the exercises of the MPC chapter (Sections 2-3: the MPC model, Theorems 3.1 and 3.4)."""
+"""Checkers for the exercises of the MPC chapter (the MPC model, Theorems 3.1 and 3.4)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from hoplib.mpc.protocols import hop_protocol
 from hoplib.mpc.simulator import Message, MPCLimitError, MPCSimulator
 
 
-def _run_one_round(step: Callable, q: int, s: int, per: int, seed: int) -> list[int] | str:
-    """Load ``per`` values on each of q machines, run ``step`` once (audited), return what machine 0 holds."""
-    rng = np.random.default_rng(seed)
+def _machine0_sums(step: Callable, q: int, s: int, per: int, seed: int) -> list[int] | str:
+    """Load ``per`` values on each of q machines, run ``step`` once (audited): what machine 0 holds."""
     sim = MPCSimulator(q, s, audit=True)
-    sim.load("v", np.repeat(np.arange(q), per), rng.integers(0, 100, (q * per, 1)))
+    sim.load("v", np.repeat(np.arange(q), per), np.random.default_rng(seed).integers(0, 100, (q * per, 1)))
     try:
         sim.round(step)
     except MPCLimitError as err:
@@ -26,42 +25,32 @@ def _run_one_round(step: Callable, q: int, s: int, per: int, seed: int) -> list[
 
 
 def _reference_sum_step(ctx, mem):
-    t = mem["v"]
     sums = np.zeros(ctx.num_machines, dtype=np.int64)
-    np.add.at(sums, t.machine, t.data[:, 0])
-    src = ctx.active
-    return {}, {"sums": Message(src, np.zeros(len(src), np.int64), sums[src])}
+    np.add.at(sums, mem["v"].machine, mem["v"].data[:, 0])
+    return {}, {"sums": Message(ctx.active, np.zeros(len(ctx.active), np.int64), sums[ctx.active])}
 
 
 def check_sum_step(user_step: Callable) -> CheckResult:
     """Check a one-round step in which every machine sends the sum of its values (table ``"v"``) to machine 0,
-    into table ``"sums"``. The simulator audits locality; with more machines than words of memory the step
-    must (correctly) fail with a receive-limit error."""
-    cases = [(q, s, per, seed) for q, s, per, seed in ((2, 8, 3, 0), (5, 8, 1, 1), (8, 8, 4, 2), (9, 8, 2, 3),
-                                                       (4, 16, 0, 4))]
-    return check_function(lambda *c: _run_one_round(user_step, *c),
-                          lambda *c: _run_one_round(_reference_sum_step, *c), cases, name="your step",
-                          describe=lambda c: f"q={c[0]} machines, s={c[1]} words, {c[2]} values each")
+    into table ``"sums"``; with more machines than words of memory it must fail with a receive-limit error."""
+    cases = [(2, 8, 3, 0), (5, 8, 1, 1), (8, 8, 4, 2), (9, 8, 2, 3), (4, 16, 0, 4)]
+    return check_function(lambda *c: _machine0_sums(user_step, *c), lambda *c: _machine0_sums(_reference_sum_step, *c),
+                          cases, name="your step", describe=lambda c: f"q={c[0]} machines, s={c[1]} words, "
+                                                                      f"{c[2]} values each")
 
 
 def check_doubling_rounds(user_rounds: Callable[[int], int]) -> CheckResult:
     """Check a formula for the rounds :func:`hoplib.mpc.protocols.hop_protocol` spends on pointer doubling."""
     x = np.random.default_rng(0).integers(0, 4, 300)
-
-    def measured(k: int) -> int:
-        return hop_protocol(x, k, 128)[1].phases.get("pointer doubling", 0)
-
-    return check_function(user_rounds, measured, [(k,) for k in (0, 1, 2, 3, 7, 8, 16, 100, 1000)],
-                          name="your round count", describe=lambda c: f"k={c[0]}")
+    return check_function(user_rounds, lambda k: hop_protocol(x, k, 128)[1].phases.get("pointer doubling", 0),
+                          [(k,) for k in (0, 1, 2, 3, 7, 8, 16, 100, 1000)], name="your round count",
+                          describe=lambda c: f"k={c[0]}")
 
 
 def check_layer_rounds(user_rounds: Callable[[int, int, int, int], int]) -> CheckResult:
-    """Check a formula ``rounds(N, memory, width, heads)`` for one layer run by
-    :func:`hoplib.mpc.layer_sim.layer_as_mpc` (Theorem 3.4)."""
-
+    """Check a formula ``rounds(N, memory, width, heads)`` for :func:`hoplib.mpc.layer_sim.layer_as_mpc`."""
     def measured(n: int, memory: int, width: int, heads: int) -> int:
-        layer = AttentionLayer.random(width, heads, seed=0)
-        return layer_as_mpc(layer, np.zeros((n, width)), memory)[1].rounds
+        return layer_as_mpc(AttentionLayer.random(width, heads), np.zeros((n, width)), memory)[1].rounds
 
     cases = [(2, 64, 4, 2), (16, 64, 4, 2), (17, 64, 4, 2), (16, 128, 4, 2), (50, 96, 2, 1), (9, 300, 3, 3)]
     return check_function(user_rounds, measured, cases, name="your round count",

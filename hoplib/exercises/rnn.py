@@ -1,9 +1,5 @@
-"""Checkers for the exercises of the chapter on recurrent models and pointer chasing (Section 5, Appendix E).
-
-* :func:`check_hop_step`: one step g_l of the hand-built hop_k RNN (:class:`hoplib.lower_bounds.rnn.HopLayer`).
-* :func:`check_encoding`: an encoding of pointer chasing as hop_k (Proposition E.4), checked by its property.
-* :func:`check_protocol_bits`: the number of bits the depth-k hop RNN posts when run as a protocol.
-"""
+"""Checkers for the exercises of the RNN chapter: one step of the hand-built hop RNN, an encoding of
+pointer chasing as hop_k (Proposition E.4), and the bits the depth-k hop RNN posts as a protocol."""
 
 from __future__ import annotations
 
@@ -37,12 +33,8 @@ def _step_cases(n: int = 200, seed: int = 0) -> list[tuple[list[int], int, int, 
 
 
 def check_hop_step(user_fn: Callable[[list[int], int, int, int, int], Any]) -> CheckResult:
-    """Check ``user_fn(memory, prev, x, y, alphabet_size) -> (new_memory, new_prev, output)``.
-
-    ``memory`` is a list of ``alphabet_size`` values in ``[0, alphabet_size]`` (``alphabet_size`` meaning
-    none), ``prev`` the previous symbol (``alphabet_size`` = none), ``x`` the current symbol and ``y`` the
-    previous layer's output at this position. Compared with :meth:`hoplib.lower_bounds.rnn.HopLayer.step`.
-    """
+    """Check ``user_fn(memory, prev, x, y, alphabet_size) -> (new_memory, new_prev, output)`` against
+    :meth:`hoplib.lower_bounds.rnn.HopLayer.step`."""
 
     def user(*case: Any) -> Any:
         memory, prev, out = user_fn(list(case[0]), *case[1:])
@@ -56,10 +48,8 @@ def check_hop_step(user_fn: Callable[[list[int], int, int, int, int], Any]) -> C
 
 
 def check_encoding(user_fn: Callable[[pc.PointerChasingInstance], Any], n_instances: int = 60) -> CheckResult:
-    """Check that ``user_fn(instance)`` returns a sequence x with hop_k(x) at the last position = 2q + answer.
-
-    Also checks that x has length at most 2kq + 1 and symbols in [0, 2q + 2), as in Proposition E.4.
-    """
+    """Check that ``user_fn(instance)`` is a sequence over [2q + 2] of length at most 2kq + 1 whose hop_k at
+    the last position is 2q + the answer."""
     cases = [(pc.random_instance(int(k), int(q), seed),) for seed, (k, q) in
              enumerate([(1, 2), (2, 3), (3, 4)] + [(1 + s % 6, 2 + s % 7) for s in range(n_instances)])]
 
@@ -84,8 +74,7 @@ def check_encoding(user_fn: Callable[[pc.PointerChasingInstance], Any], n_instan
 
 
 def protocol_bits(k: int, q: int) -> int:
-    """Bits posted by :func:`hoplib.lower_bounds.rnn.simulate_rnn_protocol` for ``hop_rnn(k, 2q + 2)``,
-    measured."""
+    """Bits posted by ``simulate_rnn_protocol`` for ``hop_rnn(k, 2q + 2)``, measured."""
     inst = pc.random_instance(k, q, seed=0)
     x, _ = pc.to_hop_sequence(inst)
     _, bits = rnn.simulate_rnn_protocol(rnn.hop_rnn(k, inst.alphabet_size), x, k)

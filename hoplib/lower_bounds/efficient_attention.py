@@ -1,40 +1,8 @@
-"""Efficient attention: Performer's kernel attention (FAVOR+) and Longformer-style masks (Corollaries 5.3, 5.4).
-
-The paper's Corollaries 5.3 and 5.4 say that two popular ways of making attention cheaper lose the
-logarithmic-depth solution of hop_k. This module implements both, compactly, and plugs them into
-:class:`hoplib.models.GPT` through its attention interface: ``GPTConfig(attention=PerformerAttention(m'))`` or
-``GPTConfig(attention=LongformerAttention(w, g))`` (:class:`hoplib.models.AttentionSpec`; each layer is then a
-:class:`PerformerSelfAttention` or :class:`LongformerSelfAttention`, a :class:`hoplib.models.CausalSelfAttention`
-whose ``attend`` step is replaced, so parameters and their names are those of the softmax model).
-
-**Kernel attention (Corollary 5.3; Choromanski et al. 2021).** softmax(QK^T) is replaced by Q'(X) K'(X)^T
-with token-wise feature maps Q', K': R^d -> R^{m'}. FAVOR+ chooses positive random features
-
-    phi(x) = exp(W x - |x|^2 / 2) / sqrt(m'),   W in R^{m' x d} with orthogonal Gaussian rows,
-
-so that E[phi(q) . phi(k)] = exp(q . k) exactly (an unbiased estimate of the softmax kernel). To match
-softmax(q k^T / sqrt(d)), q and k are each multiplied by d^{-1/4} first. Causal kernel attention
-
-    y_i = phi(q_i) . S_i / phi(q_i) . z_i,   S_i = sum_{j<=i} phi(k_j) v_j^T (m' x d),   z_i = sum_{j<=i} phi(k_j)
-
-is computed two ways that agree: :func:`kernel_attention_prefix` runs the prefix sums left to right (linear
-time; the running state (S, z) is what a player posts in the reduction of :mod:`hoplib.lower_bounds.efficient`), and
-:func:`kernel_attention_weights` builds the T x T matrix of normalised weights (quadratic; it returns the
-attention map and is what the model uses in training, where T <= 100).
-
-*Stabiliser.* exp can overflow, so both forms subtract maxima that cancel after normalisation: for a query,
-the max over its m' log-features (a per-row constant); for keys, the running max M_i = max_{j<=i} c_j of the
-keys' largest log-features c_j (also a per-row constant, and causal: it only uses keys j <= i). The prefix
-form keeps M in its state and rescales S and z when M grows, as in an online softmax. (For inputs so large
-that a query's and a key's largest features sit on different random directions, the product of the two
-stabilised exponentials can still underflow; at the scales of trained models it does not.)
-
-**Longformer masks (Corollary 5.4; Beltagy et al. 2020).** Lambda^{w,g}_{ij} = 0 (attend) iff |i - j| <= w
-or j = 0 (mod g), intersected with causality j <= i. Positions are **0-based** here, as everywhere in hoplib:
-position 0, which in the hop_k experiments holds the hop-count token and plays the paper's start-token role,
-is always global. The diagonal |i - i| = 0 <= w is always allowed, so every row has at least one key.
-``global_every=None`` means no global tokens (a pure causal sliding window).
-"""
+"""Performer kernel attention (FAVOR+, Corollary 5.3) and Longformer masks (Corollary 5.4) for
+:class:`hoplib.models.GPT` (``GPTConfig(attention=PerformerAttention(m'))``). FAVOR+'s positive random features
+estimate exp(q . k / sqrt(d)) without bias; causal kernel attention is computed as running sums (the
+recurrent state a player posts) or as T x T weights, both stabilised so that exp does not overflow.
+Positions are 0-based, so position 0 (the hop-count token) is always global."""
 
 from __future__ import annotations
 
@@ -45,8 +13,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from hoplib._book.validate import check_choice, check_int
-from hoplib.models import GPT, AttentionSpec, CausalSelfAttention, GPTConfig, SoftmaxAttention, register_attention
+from hoplib.models import AttentionSpec, CausalSelfAttention, GPTConfig, SoftmaxAttention, register_attention
+from hoplib.tasks import HopTask, find_k
 
 KINDS = ("softmax", "performer", "longformer")
 """The attentions compared in Corollaries 5.3 and 5.4: the paper's softmax and the two efficient ones."""
@@ -57,20 +25,10 @@ KINDS = ("softmax", "performer", "longformer")
 def orthogonal_features(n_features: int, dim: int, *, seed: int | None = None,
                         generator: torch.Generator | None = None,
                         device: str | torch.device | None = None) -> torch.Tensor:
-    """Random projection W (n_features x dim) of FAVOR+: orthogonal Gaussian rows (Choromanski et al. 2021).
-
-    Rows come in blocks of ``dim`` mutually orthogonal directions (QR of a Gaussian matrix); each row is then
-    scaled to the norm of an independent Gaussian vector in R^dim, so every row is marginally N(0, I) and the
-    positive-feature estimate stays unbiased while orthogonality lowers its variance. ``seed`` (or a
-    ``generator``) makes the draw reproducible; drawn on the CPU and moved to ``device``.
-    """
-    n_features = check_int("n_features", n_features, low=1)
-    dim = check_int("dim", dim, low=1)
-    if seed is not None and generator is not None:
-        raise ValueError("give at most one of seed and generator")
-    gen = generator
-    if seed is not None:
-        gen = torch.Generator().manual_seed(check_int("seed", seed, low=0, high=2**63 - 1))
+    """FAVOR+'s projection W (n_features x dim): blocks of ``dim`` orthogonal directions (QR of a Gaussian
+    matrix, signs fixed so the rotation is uniform), each row scaled to the norm of a Gaussian vector, so rows are
+    marginally N(0, I) and the estimate stays unbiased. Drawn on the CPU from ``seed`` or ``generator``."""
+    gen = torch.Generator().manual_seed(seed) if seed is not None else generator
     blocks = []
     for _ in range(math.ceil(n_features / dim)):
         g = torch.randn(dim, dim, generator=gen)
@@ -82,24 +40,8 @@ def orthogonal_features(n_features: int, dim: int, *, seed: int | None = None,
     return (w * norms).to(device if device is not None else "cpu")
 
 
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, features: torch.Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v), ("features", features)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if q.dim() < 2 or q.shape != k.shape:
-        raise ValueError(f"q and k must have equal shapes (..., T, d), got {tuple(q.shape)} and {tuple(k.shape)}")
-    if v is not None and (v.shape[:-1] != k.shape[:-1]):
-        raise ValueError(f"v must have shape (..., T, d_v) matching k {tuple(k.shape)}, got {tuple(v.shape)}")
-    if features.dim() != 2 or features.shape[1] != q.shape[-1]:
-        raise ValueError(f"features must have shape (n_features, d = {q.shape[-1]}), got {tuple(features.shape)}")
-
-
 def log_features(x: torch.Tensor, features: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """log phi(x * scale^(1/2)) + log sqrt(m'), i.e. W x' - |x'|^2 / 2 with x' = x * scale^(1/2).
-
-    ``scale`` defaults to 1/sqrt(d), so that phi(q') . phi(k') estimates exp(q . k / sqrt(d)), the softmax
-    kernel of scaled dot-product attention. Shape (..., T, m'). Computed in float32 (float64 for float64 x).
-    """
+    """W x' - |x'|^2 / 2 with x' = x scale^(1/2) (the log-features; ``scale`` defaults to 1/sqrt(d))."""
     d = x.shape[-1]
     s = (1.0 / math.sqrt(d)) if scale is None else float(scale)
     dt = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -108,11 +50,7 @@ def log_features(x: torch.Tensor, features: torch.Tensor, scale: float | None = 
 
 
 def positive_features(x: torch.Tensor, features: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """The FAVOR+ features phi(x') = exp(W x' - |x'|^2/2) / sqrt(m') without any stabiliser (shape (..., T, m')).
-
-    E_W[phi(q') . phi(k')] = exp(q' . k'), the unbiased estimate of the softmax kernel (Lemma 1 of
-    Choromanski et al. 2021). Use the attention functions below for attention: they stabilise.
-    """
+    """phi(x') = exp(W x' - |x'|^2 / 2) / sqrt(m'), without stabiliser: E[phi(q') . phi(k')] = exp(q' . k')."""
     return log_features(x, features, scale).exp() / math.sqrt(features.shape[0])
 
 
@@ -133,14 +71,7 @@ def _no_autocast(device: torch.device):
 
 def kernel_attention_weights(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor,
                              scale: float | None = None) -> torch.Tensor:
-    """Causal FAVOR+ attention weights A (..., T, T) in the quadratic (masked) form; rows sum to 1.
-
-    A_ij = phi(q_i) . phi(k_j) / sum_{l<=i} phi(q_i) . phi(k_l) for j <= i, 0 for j > i, with the
-    stabilisers of the module docstring (they cancel in the ratio). ``q``, ``k``: (..., T, d); ``features``:
-    (m', d) from :func:`orthogonal_features`. ``A @ v`` equals :func:`kernel_attention_prefix` (Corollary 5.3's
-    kernel attention).
-    """
-    _check_qkv(q, k, None, features)
+    """Causal FAVOR+ attention weights (..., T, T) in the quadratic form, rows summing to 1."""
     with _no_autocast(q.device):
         fq = _query_features(q, features, scale)
         fk, c = _key_features(k, features, scale)
@@ -156,16 +87,8 @@ def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f
                             scale: float | None = None,
                             state: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                             ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Causal FAVOR+ attention in the prefix-sum (recurrent, linear-time) form; returns ``(y, state)``.
-
-    Position by position: S <- S * exp(M_old - M) + exp(c_i - M) phi~(k_i) v_i^T, z likewise, y_i =
-    phi~(q_i) . S / phi~(q_i) . z. The state ``(S, z, M)`` has shapes (..., m', d_v), (..., m'), (...): the
-    running sums of Corollary 5.3's proof (stabilised by the running key maximum M, which is part of the
-    state). Pass the state returned for a prefix to continue on the next block: this is how the players of
-    :func:`hoplib.lower_bounds.efficient.simulate_kernel_protocol` split the sequence. Equals
-    ``kernel_attention_weights(q, k, features) @ v`` up to float rounding.
-    """
-    _check_qkv(q, k, v, features)
+    """Causal FAVOR+ attention as running sums; returns ``(y, state)`` with state (S, z, M), M the running
+    key maximum that stabilises the exponentials. Pass a returned state to continue on the next block."""
     with _no_autocast(q.device):
         fq = _query_features(q, features, scale)
         fk, c = _key_features(k, features, scale)
@@ -178,9 +101,6 @@ def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f
             big_m = torch.full(batch, float("-inf"), device=q.device)
         else:
             s, z, big_m = (t.float() for t in state)
-            if s.shape != (*batch, m_feat, dv) or z.shape != (*batch, m_feat) or big_m.shape != batch:
-                raise ValueError(f"state must have shapes {(*batch, m_feat, dv)}, {(*batch, m_feat)}, {batch}; "
-                                 f"got {tuple(s.shape)}, {tuple(z.shape)}, {tuple(big_m.shape)}")
         out = []
         for i in range(q.shape[-2]):
             new_m = torch.maximum(big_m, c[..., i])
@@ -202,19 +122,11 @@ def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f
 
 def longformer_mask(n: int, window: int, global_every: int | None = None,
                     device: str | torch.device | None = None) -> torch.Tensor:
-    """The causal Longformer mask (n x n, True = may attend) of Corollary 5.4, 0-based positions.
-
-    Query i may attend key j iff j <= i and (i - j <= ``window`` or j = 0 mod ``global_every``). Position 0 is
-    global (0-based indexing; it holds the hop-count token in the experiments). ``global_every=None``: no
-    global tokens. Every row allows at least its own position.
-    """
-    n = check_int("n", n, low=1)
-    window = check_int("window", window, low=0)
+    """(n, n), True where query i may attend key j: j <= i and (i - j <= window or j = 0 mod global_every)."""
     i = torch.arange(n, device=device).unsqueeze(1)
     j = torch.arange(n, device=device).unsqueeze(0)
     allowed = (i - j) <= window
     if global_every is not None:
-        global_every = check_int("global_every", global_every, low=1)
         allowed = allowed | (j % global_every == 0)
     return allowed & (j <= i)
 
@@ -229,10 +141,8 @@ def masked_softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor)
 
 
 class PerformerSelfAttention(CausalSelfAttention):
-    """A GPT layer with causal FAVOR+ kernel attention (Corollary 5.3): weights in the quadratic form
-    (:func:`kernel_attention_weights`, rows sum to 1) from the random projection in the buffer ``features``
-    (m' x d_head), shared by the heads of a layer, drawn at construction from torch's global generator and
-    saved in the state dict (see :meth:`redraw_features`)."""
+    """Causal FAVOR+ attention; the projection ``features`` (m' x d_head, shared by the layer's heads) is a
+    buffer, drawn from torch's global generator and saved in the state dict."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
@@ -251,20 +161,15 @@ class PerformerSelfAttention(CausalSelfAttention):
 
 
 class LongformerSelfAttention(CausalSelfAttention):
-    """A GPT layer with the causal Longformer mask of Corollary 5.4 (:func:`longformer_mask`): SDPA with the
-    boolean mask, or the explicit masked softmax when the weights are asked for."""
+    """Softmax attention under :func:`longformer_mask`."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
         self.window, self.global_every = cfg.attention.window, cfg.attention.global_every
 
-    def mask(self, t: int, device: torch.device) -> torch.Tensor:
-        """The boolean (T, T) attention mask of this layer (True = may attend)."""
-        return longformer_mask(t, self.window, self.global_every, device=device)
-
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        mask = self.mask(q.shape[-2], q.device)
+        mask = longformer_mask(q.shape[-2], self.window, self.global_every, device=q.device)
         if need_weights:
             att = masked_softmax_weights(q, k, mask)
             return F.dropout(att, self.dropout, self.training) @ v, att
@@ -280,8 +185,9 @@ class PerformerAttention(AttentionSpec):
     n_features: int
     name: ClassVar[str] = "performer"
 
-    def __post_init__(self) -> None:
-        check_int("n_features", self.n_features, low=1)
+    def __post_init__(self) -> None:  # no features: every weight 0/0, a NaN model
+        if self.n_features < 1:
+            raise ValueError(f"n_features must be at least 1, got {self.n_features}")
 
     def build(self, config: GPTConfig) -> PerformerSelfAttention:
         return PerformerSelfAttention(config)
@@ -290,17 +196,16 @@ class PerformerAttention(AttentionSpec):
 @register_attention
 @dataclass(frozen=True)
 class LongformerAttention(AttentionSpec):
-    """Causal sliding window of radius ``window`` = w plus the global positions j = 0 mod ``global_every`` = g
-    (0-based; None: no global positions), Corollary 5.4."""
+    """Causal window of radius w plus the global positions j = 0 mod g (None: none), Corollary 5.4."""
 
     window: int
     global_every: int | None = None
     name: ClassVar[str] = "longformer"
 
-    def __post_init__(self) -> None:
-        check_int("window", self.window, low=0)
-        if self.global_every is not None:
-            check_int("global_every", self.global_every, low=1)
+    def __post_init__(self) -> None:  # a negative window leaves rows without keys: NaN
+        if self.window < 0 or (self.global_every is not None and self.global_every < 1):
+            raise ValueError(f"need window >= 0 and global_every >= 1 or None, got window = "
+                             f"{self.window}, global_every = {self.global_every}")
 
     def build(self, config: GPTConfig) -> LongformerSelfAttention:
         return LongformerSelfAttention(config)
@@ -308,34 +213,32 @@ class LongformerAttention(AttentionSpec):
 
 def attention_spec(kind: str, *, n_features: int | None = None, window: int | None = None,
                    global_every: int | None = None) -> AttentionSpec:
-    """The attention of ``kind`` (one of :data:`KINDS`) with its settings; settings it does not use must be None.
-
-    ``n_features`` is required for ``"performer"``, ``window`` for ``"longformer"`` (``global_every`` optional).
-    """
-    check_choice("kind", kind, KINDS)
+    """The attention of ``kind`` (one of :data:`KINDS`) with its settings."""
     used = {"softmax": (), "performer": ("n_features",), "longformer": ("window", "global_every")}[kind]
-    for name, value in (("n_features", n_features), ("window", window), ("global_every", global_every)):
-        if name not in used and value is not None:
-            owner = "performer" if name == "n_features" else "longformer"
-            raise ValueError(f"{name} must be None with attention {kind!r} (it is used by {owner} attention), "
-                             f"got {value!r}")
+    given = {"n_features": n_features, "window": window, "global_every": global_every}
+    unused = [name for name, value in given.items() if value is not None and name not in used]
+    if unused:  # a setting silently ignored would make another model than the one asked for
+        raise ValueError(f"{unused} are not settings of {kind!r} attention")
     if kind == "performer":
-        if n_features is None:
-            raise ValueError("n_features (the number m' of random features, an int >= 1) is required with "
-                             "attention 'performer'")
         return PerformerAttention(n_features)
     if kind == "longformer":
-        if window is None:
-            raise ValueError("window (the radius w, an int >= 0) is required with attention 'longformer'")
         return LongformerAttention(window, global_every)
-    return SoftmaxAttention()
+    return {"softmax": SoftmaxAttention}[kind]()
 
 
-def redraw_features(model: GPT, seed: int) -> None:
-    """Draw new FAVOR+ projections for every layer of a Performer ``model`` (layer l from ``seed + l``)."""
-    if not isinstance(model, GPT) or not isinstance(model.config.attention, PerformerAttention):
-        raise ValueError(f"model must be a GPT with Performer attention, got "
-                         f"{getattr(getattr(model, 'config', None), 'attention', type(model).__name__)!r}")
-    seed = check_int("seed", seed, low=0, high=2**63 - 1 - model.config.depth)
-    for layer, block in enumerate(model.blocks):
-        block.attn.redraw_features(seed + layer)
+def out_of_reach(task: HopTask, window: int, depths: list[int], *, n_samples: int = 100,
+                 seed: int = 0) -> dict[tuple[int, int], float]:
+    """``{(L, k): share}``: on the test samples of :func:`hoplib.evaluate.per_k_error` (this ``seed``), the
+    share of answered positions whose hop_k needs a letter more than L w positions back, out of the reach of
+    L Longformer layers of window radius w (global position 0 holds only the hop count)."""
+    out = {}
+    for k in range(max(task.min_hops, 1), task.max_hops + 1):
+        letters, _ = task.draw(n_samples, k, seed + k, "cpu")
+        pointer = find_k(letters, k)
+        answered = pointer >= 0
+        span = torch.arange(letters.shape[-1]) - pointer + 2  # from the last match to i
+        keep = answered.sum(dim=1) > 0
+        for d in depths:
+            far = ((span > d * window + 1) & answered).sum(dim=1).double()
+            out[(d, k)] = float((far[keep] / answered.sum(dim=1)[keep]).mean())
+    return out

@@ -1,18 +1,8 @@
-"""Massively Parallel Computation (Section 2 and 3 of the paper): a simulator that enforces the model,
-protocols for hop_k and connectivity, Lemma 3.2's routing layer (transformers simulate MPC, Theorem 3.1),
-and a transformer layer run as an MPC protocol (Theorem 3.4).
-"""
+"""Massively Parallel Computation (Sections 2-3 of the paper): :mod:`~hoplib.mpc.simulator` (the model, with
+its limits enforced), :mod:`~hoplib.mpc.primitives` (sorting, scans, lookups), :mod:`~hoplib.mpc.protocols`
+(hop_k, connectivity), :mod:`~hoplib.mpc.routing` (Lemma 3.2), :mod:`~hoplib.mpc.transformer_sim`
+(Theorem 3.1) and :mod:`~hoplib.mpc.layer_sim` (Theorem 3.4)."""
 
-from hoplib.mpc.simulator import (
-    Message,
-    MPCLimitError,
-    MPCNotConvergedError,
-    MPCProtocolError,
-    MPCSimulator,
-    MPCStats,
-    RoundContext,
-    Table,
-)
+from hoplib.mpc.simulator import Message, MPCLimitError, MPCNotConvergedError, MPCProtocolError, MPCSimulator, Table
 
-__all__ = ["MPCLimitError", "MPCNotConvergedError", "MPCProtocolError", "MPCSimulator", "MPCStats", "Message",
-           "RoundContext", "Table"]
+__all__ = ["MPCLimitError", "MPCNotConvergedError", "MPCProtocolError", "MPCSimulator", "Message", "Table"]

@@ -1,37 +1,21 @@
-"""MPC building blocks in O(1/delta) rounds each: sample sort, tree prefix scan, lookups and reduce-by-key.
-
-These are the standard constant-round MPC primitives (Goodrich, Sitchinava & Zhang 2011; Andoni et al. 2018)
-that the protocols of Section 3 (and Corollary 3.3's connectivity) are built on, written for
-:class:`hoplib.mpc.simulator.MPCSimulator`:
-
-* :func:`sample_sort` sorts a table by its first column: at each level every bucket of machines samples its
-  records, its leader picks splitters and estimates the sub-buckets' sizes, an f-ary tree broadcasts them, and
-  records move to sub-buckets (dealt round-robin over the sub-bucket's machines). With b = Theta(s) buckets
-  per level there are log_b q = O(1/delta) levels of O(1/delta) rounds each; a last step
-  (:func:`rebalance`, built on :func:`prefix_counts`) spreads the sorted records evenly. The splitters come
-  from samples, so bucket loads drift from level to level; the protocols state the memory this needs.
-* :func:`forward_fill` gives every record of a sorted table the last earlier record (in global order) that
-  carries a flag: a prefix scan up and down an f-ary tree over the machines, 2 log_f q rounds.
-* :func:`lookup` and :func:`reduce_min` are sorting plus a forward fill, so hot keys (many requests for one
-  key) never overload a machine.
-
-Every round is a vectorised local step over all machines that only ever combines a machine's own records.
+"""Constant-round MPC building blocks (Goodrich, Sitchinava & Zhang 2011; Andoni et al. 2018), O(1/delta)
+rounds each for s = N^delta: :func:`sample_sort` (splitters from samples, broadcast down f-ary trees, then
+:func:`rebalance`), :func:`forward_fill` (a prefix scan up and down a tree over the machines), and
+:func:`lookup` and :func:`reduce_min`, which sort requests with the data so that a hot key never floods a
+machine. Every step is vectorised over the machines and only combines a machine's own records.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
 from hoplib.mpc.simulator import Message, MPCSimulator, RoundContext, Table
 
 INT_MAX = np.iinfo(np.int64).max
-_EMPTY = np.zeros(0, dtype=np.int64)
 
 
-# --------------------------------------------------------------------------- helpers
 def mix_hash(keys: np.ndarray, salt: int) -> np.ndarray:
     """A splitmix64 hash of int64 keys (deterministic pseudo-randomness shared by all machines)."""
     with np.errstate(over="ignore"):
@@ -51,11 +35,7 @@ def tree_depth(n: int, f: int) -> int:
 
 
 def _empty(width: int, dtype=np.int64) -> Table:
-    return Table(_EMPTY, np.zeros((0, width), dtype=dtype))
-
-
-def _msg(src, dest, data) -> Message:
-    return Message(src, dest, data)
+    return Table(np.zeros(0, dtype=np.int64), np.zeros((0, width), dtype=dtype))
 
 
 def local_sort(t: Table, col: int = 0) -> Table:
@@ -109,12 +89,9 @@ def sort_parameters(memory: int, lam: int = 16) -> tuple[int, int]:
     return b, f
 
 
-# --------------------------------------------------------------------------- global record counts
 def prefix_counts(sim: MPCSimulator, name: str, out_name: str = "_pc", *, fanout: int | None = None) -> None:
-    """Every machine learns ``[records of table name on earlier machines, total records]`` (table ``out_name``,
-    one row per machine): sums go up an f-ary tree over the machines (in machine order) and the prefixes come
-    back down, 2 * ceil(log_f q) rounds. :func:`rebalance` uses it to give every record its global rank.
-    """
+    """Every machine learns [records of ``name`` on earlier machines, total] (table ``out_name``): sums up an
+    f-ary tree over the machines, prefixes back down, 2 ceil(log_f q) rounds."""
     q, s = sim.q, sim.s
     f = fanout or max(2, s // 8)
     depth = tree_depth(q, f)
@@ -141,7 +118,7 @@ def prefix_counts(sim: MPCSimulator, name: str, out_name: str = "_pc", *, fanout
             keep = np.isin(h, ctx.active)
             nodes, src = j[keep], h[keep]
             sums = tot[src]
-        return mem, {f"_pu{level}": _msg(src, _host(level, nodes // f, f, q), np.column_stack([nodes, sums]))}
+        return mem, {f"_pu{level}": Message(src, _host(level, nodes // f, f, q), np.column_stack([nodes, sums]))}
 
     def down(ctx: RoundContext, mem: dict[str, Table], level: int):
         mem = dict(mem)
@@ -157,7 +134,7 @@ def prefix_counts(sim: MPCSimulator, name: str, out_name: str = "_pc", *, fanout
         start = np.searchsorted(m, m, side="left")
         excl = csum - cnt - (csum[start] - cnt[start]) if len(m) else csum
         dest = _host(level - 1, child, f, q) if level > 1 else child
-        return mem, {f"_pd{level - 1}": _msg(m, dest, np.column_stack([child, pre[m] + excl, tot[m]]))}
+        return mem, {f"_pd{level - 1}": Message(m, dest, np.column_stack([child, pre[m] + excl, tot[m]]))}
 
     for level in range(1, depth + 1):
         sim.round(lambda ctx, mem, level=level: up(ctx, mem, level))
@@ -173,10 +150,9 @@ def prefix_counts(sim: MPCSimulator, name: str, out_name: str = "_pc", *, fanout
     sim.defer(finish)
 
 
-# --------------------------------------------------------------------------- sample sort
 def _sample_rate(estimate: np.ndarray, r: np.ndarray, b: int, lam: int) -> np.ndarray:
-    """Sampling probability for a bucket of r machines that holds about ``estimate`` records: lam samples
-    per sub-bucket on average (all records once the bucket holds fewer than lam * min(b, r))."""
+    """Sampling probability for a bucket of r machines holding about ``estimate`` records: lam samples per
+    sub-bucket."""
     return np.minimum(1.0, lam * np.minimum(b, r) / np.maximum(estimate, 1.0))
 
 
@@ -185,18 +161,13 @@ def _sample(t: Table, lo: np.ndarray, hi: np.ndarray, estimate: np.ndarray, b: i
     p = _sample_rate(estimate, hi - lo, b, lam)
     u = (mix_hash(t.data[:, 0], salt) >> np.uint64(11)).astype(np.float64) / 2.0**53
     pick = (u < p) & (hi - lo > 1)
-    return _msg(t.machine[pick], lo[pick], t.data[pick, :1])
+    return Message(t.machine[pick], lo[pick], t.data[pick, :1])
 
 
 def _choose_splitters(smp: Table, leaders: np.ndarray, lo: np.ndarray, hi: np.ndarray, k_all: np.ndarray,
                       bounds: np.ndarray, estimate: np.ndarray, b: int, lam: int) -> np.ndarray:
-    """Per leader, a row of b-1 splitters and b record-count estimates, one per sub-bucket.
-
-    Sub-bucket j gets the share of the leader's sorted samples ``smp`` that its machines have of the bucket.
-    Its size is estimated from the samples that fall in it (divided by the sampling rate), so that the next
-    level samples at a rate set by the sub-bucket's real size: a bucket that drew more records than its share
-    still sends its leader about lam samples per sub-bucket.
-    """
+    """Per leader, b-1 splitters (sub-bucket j gets its machines' share of the sorted samples) and b size
+    estimates (samples in it over the sampling rate, so the next level samples at its real size's rate)."""
     starts = np.searchsorted(smp.machine, leaders, side="left")
     cnt = np.searchsorted(smp.machine, leaders, side="right") - starts
     k = k_all[leaders]
@@ -215,8 +186,8 @@ def _choose_splitters(smp: Table, leaders: np.ndarray, lo: np.ndarray, hi: np.nd
 
 
 def _spread(m: np.ndarray, part: np.ndarray, salt: int, plo: np.ndarray, phi: np.ndarray, b: int) -> np.ndarray:
-    """Destinations in [plo, phi): each machine deals its records for one sub-bucket round-robin over the
-    sub-bucket's machines from a pseudo-random first one, so it sends no machine more than its share + 1."""
+    """Destinations in [plo, phi): each machine deals its records round-robin over the sub-bucket's machines
+    from a pseudo-random first one."""
     group = m * b + part
     order = np.argsort(group, kind="stable")
     g = group[order]
@@ -228,15 +199,11 @@ def _spread(m: np.ndarray, part: np.ndarray, salt: int, plo: np.ndarray, phi: np
 
 
 def sample_sort(sim: MPCSimulator, name: str, n_total: int, *, lam: int = 16, seed: int = 0) -> None:
-    """Sort table ``name`` by column 0 (keys should be distinct): afterwards machine m's keys all lie below
-    machine m+1's, and no machine holds more than ceil(T / q) of the T records. Each level, the leader of every
-    bucket of machines picks splitters from samples and broadcasts them, with its estimates of the
-    sub-buckets' sizes, down an f-ary tree; then the records move to their sub-buckets; finally
-    :func:`rebalance` evens the loads. Rounds: 1 + sum over levels of (broadcast depth + 1), plus
-    2 ceil(log_f q) + 1 for the rebalancing: O(1/delta^2), a constant for fixed delta. ``n_total`` (public) is
-    the number of records. The loads in between are balanced only up to the sampling errors, which add up
-    over the levels: callers size the memory for that (see :func:`hoplib.mpc.protocols.hop_min_memory`).
-    """
+    """Sort table ``name`` by its (distinct) column 0 across the machines, at most ceil(T / q) of the
+    T = ``n_total`` records each. Per level, every bucket's leader picks splitters from samples and sends them
+    with size estimates down an f-ary tree, then the records move; :func:`rebalance` evens the loads. The
+    loads in between are balanced up to sampling errors that add up over the levels, which callers size the
+    memory for (:func:`hoplib.mpc.protocols.hop_min_memory`)."""
     q, s = sim.q, sim.s
     b, f = sort_parameters(s, lam)
     lam = max(1, s // (4 * b))  # samples fill a quarter of a leader's memory
@@ -260,9 +227,8 @@ def sample_sort(sim: MPCSimulator, name: str, n_total: int, *, lam: int = 16, se
 
 
 def rebalance(sim: MPCSimulator, name: str) -> None:
-    """Spread a table sorted across machines (machine m's keys below machine m+1's) evenly, keeping the order:
-    with :func:`prefix_counts` every record learns its global rank r and moves to machine floor(r q / T), so
-    that no machine holds more than ceil(T / q) of the T records. 2 ceil(log_f q) + 1 rounds."""
+    """Spread a table sorted across machines evenly, keeping the order: with :func:`prefix_counts` each record
+    learns its rank r and moves to machine floor(r q / T). 2 ceil(log_f q) + 1 rounds."""
     prefix_counts(sim, name, "_pc")
 
     def move(ctx: RoundContext, mem: dict[str, Table]):
@@ -273,15 +239,15 @@ def rebalance(sim: MPCSimulator, name: str) -> None:
         m = t.machine
         rank = offset[m] + np.arange(len(t)) - np.searchsorted(m, m, side="left")
         dest = rank * sim.q // np.maximum(total[m], 1)
-        return mem, {name: _msg(m, dest, t.data)}
+        return mem, {name: Message(m, dest, t.data)}
 
     sim.round(move)
 
 
 def _sort_level(sim: MPCSimulator, name: str, level: int, lo: np.ndarray, hi: np.ndarray, nxt, *, b: int, f: int,
                 lam: int, seed: int) -> None:
-    """One level of :func:`sample_sort`: splitters and size estimates down each bucket's f-ary heap of
-    machines (its depth in rounds), then one round that moves the records and samples for the next level."""
+    """One level of :func:`sample_sort`: splitters down each bucket's f-ary heap, then one round that moves
+    the records and samples for the next level."""
     q = sim.q
     k_all, bounds_all = _split(lo, hi, b)
     offset = np.arange(q) - lo
@@ -303,7 +269,7 @@ def _sort_level(sim: MPCSimulator, name: str, level: int, lo: np.ndarray, hi: np
         child = offset[senders][:, None] * f + 1 + np.arange(f)[None, :]
         ok = child < (hi[senders] - lo[senders])[:, None]
         data = np.repeat(rows, f, axis=0)[ok.ravel()]
-        return mem, {"_spl": _msg(np.repeat(senders, f)[ok.ravel()], (lo[senders][:, None] + child)[ok], data)}
+        return mem, {"_spl": Message(np.repeat(senders, f)[ok.ravel()], (lo[senders][:, None] + child)[ok], data)}
 
     for t_round in range(max(int(depth.max()), 1)):
         sim.round(lambda ctx, mem, t_round=t_round: broadcast(ctx, mem, t_round))
@@ -321,7 +287,7 @@ def _sort_level(sim: MPCSimulator, name: str, level: int, lo: np.ndarray, hi: np
         act = old.machine  # each machine keeps the size estimate of its own next bucket
         own = np.minimum((bounds_all[act, 1:b] <= act[:, None]).sum(axis=1), np.maximum(k_all[act] - 1, 0))
         mem["_est"] = Table(act, np.where(hi[act] - lo[act] > 1, rows[act, b - 1 + own], old.data[:, 0]))
-        out = {name: _msg(m, dest, t.data)}
+        out = {name: Message(m, dest, t.data)}
         if nxt is not None:
             est = rows[m, b - 1 + part].astype(np.float64)
             out["_smp"] = _sample(Table(m, t.data), nxt[0][dest], nxt[1][dest], est, b, lam,
@@ -331,7 +297,6 @@ def _sort_level(sim: MPCSimulator, name: str, level: int, lo: np.ndarray, hi: np
     sim.round(route)
 
 
-# --------------------------------------------------------------------------- forward fill (prefix scan)
 def _last_flagged(machine: np.ndarray, data: np.ndarray, flag: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
     """Per machine: (has a flagged record, the last flagged record) of records sorted by machine."""
     has = np.zeros(q, dtype=bool)
@@ -353,143 +318,85 @@ def _host(level: int, j: np.ndarray, f: int, q: int) -> np.ndarray:
     return np.where(first + level < q, first + level, first)
 
 
-@dataclass(frozen=True)
-class _FillPlan:
-    """Public parameters of one :func:`forward_fill`: the table, its flag column, q machines, fan-out f of
-    the scan tree and the record width w."""
-
-    name: str
-    flag_col: int | None
-    q: int
-    f: int
-    w: int
-
-    def flags(self, t: Table) -> np.ndarray:
-        """Which records of ``t`` count as flagged (all of them when ``flag_col`` is None)."""
-        return np.ones(len(t), bool) if self.flag_col is None else t.data[:, self.flag_col] != 0
-
-    def hosted(self, level: int, active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(node index, host machine) of the level's nodes hosted by the active machines."""
-        j = np.arange(-(-self.q // self.f**level))
-        h = _host(level, j, self.f, self.q)
-        keep = np.isin(h, active)
-        return j[keep], h[keep]
-
-    def prefix(self, pre: Table) -> tuple[np.ndarray, np.ndarray]:
-        """Per machine, (has, value) of the rows ``[node, has, value...]`` a node got from its parent."""
-        pre_has = np.zeros(self.q, bool)
-        pre_val = np.zeros((self.q, self.w), dtype=np.int64)
-        pre_has[pre.machine] = pre.data[:, 1] != 0
-        pre_val[pre.machine] = pre.data[:, 2:]
-        return pre_has, pre_val
-
-
 def _by_child(ch: Table) -> Table:
     """Rows ``[parent, child slot, ...]`` sorted by (host machine, child slot)."""
     order = np.lexsort((ch.data[:, 1], ch.machine))
     return Table(ch.machine[order], ch.data[order])
 
 
-def _fill_up(ctx: RoundContext, mem: dict[str, Table], level: int, plan: _FillPlan):
-    """Way up of the :func:`forward_fill` scan: level-(level-1) nodes send their aggregate (last flagged
-    record) to their parent; at level 1 every machine first sorts its records and aggregates them."""
-    q, f = plan.q, plan.f
-    mem = dict(mem)
-    if level == 1:
-        t = local_sort(mem[plan.name])
-        mem[plan.name] = t
-        has, last = _last_flagged(t.machine, t.data, plan.flags(t), q)
-        nodes = ctx.active
-        src, n_has, n_last = nodes, has[nodes], last[nodes]
-    else:
-        ch = _by_child(mem.get(f"_up{level - 1}", _empty(plan.w + 3)))
-        has, last = _last_flagged(ch.machine, ch.data[:, 3:], ch.data[:, 2] != 0, q)
-        nodes, src = plan.hosted(level - 1, ctx.active)
-        n_has, n_last = has[src], last[src]
-    dest = _host(level, nodes // f, f, q)
-    data = np.column_stack([nodes // f, nodes % f, n_has.astype(np.int64), n_last])
-    return mem, {f"_up{level}": _msg(src, dest, data)}
-
-
-def _fill_down(ctx: RoundContext, mem: dict[str, Table], level: int, plan: _FillPlan):
-    """Way down of the :func:`forward_fill` scan: level-``level`` nodes send each child the last flagged
-    record before the child's span (from an earlier sibling, else from the node's own prefix)."""
-    q, f = plan.q, plan.f
-    mem = dict(mem)
-    ch = _by_child(mem.pop(f"_up{level}", _empty(plan.w + 3)))
-    pre_has, pre_val = plan.prefix(mem.pop(f"_dn{level}", _empty(plan.w + 2)))  # none at the root
-    m = ch.machine
+def _prev_flagged(m: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """For rows sorted by machine ``m``: the index of the last earlier flagged row of the same machine, or -1."""
     n = len(m)
-    idx = np.where(ch.data[:, 2] != 0, np.arange(n), -1)
-    run = np.maximum.accumulate(idx) if n else idx
-    prev = np.r_[-1, run[:-1]] if n else run
-    first = np.r_[True, m[1:] != m[:-1]] if n else np.zeros(0, bool)
-    seg_start = np.maximum.accumulate(np.where(first, np.arange(n), 0)) if n else m
-    prev = np.where(prev >= seg_start, prev, -1)
-    out_has = np.where(prev >= 0, True, pre_has[m])
-    out_val = np.where((prev >= 0)[:, None], ch.data[np.maximum(prev, 0), 3:], pre_val[m])
-    child = ch.data[:, 0] * f + ch.data[:, 1]
-    dest = _host(level - 1, child, f, q) if level > 1 else child
-    data = np.column_stack([child, out_has.astype(np.int64), out_val])
-    return mem, {f"_dn{level - 1}": _msg(m, dest, data)}
+    if n == 0:
+        return np.zeros(0, np.int64)
+    idx = np.where(flag, np.arange(n), -1)
+    prev = np.r_[-1, np.maximum.accumulate(idx)[:-1]]
+    seg_start = np.maximum.accumulate(np.where(np.r_[True, m[1:] != m[:-1]], np.arange(n), 0))
+    return np.where(prev >= seg_start, prev, -1)
 
 
-def _fill_finish_single(ctx: RoundContext, mem: dict[str, Table], plan: _FillPlan) -> dict[str, Table]:
-    """The deferred local step of :func:`forward_fill` on a single machine (no scan tree)."""
-    mem = dict(mem)
-    t = local_sort(mem[plan.name])
-    mem[plan.name] = _fill_local(t, plan.flags(t), np.zeros(plan.q, bool), np.zeros((plan.q, plan.w), np.int64))
-    return mem
-
-
-def _fill_finish(ctx: RoundContext, mem: dict[str, Table], plan: _FillPlan) -> dict[str, Table]:
-    """The deferred local step of :func:`forward_fill`: each machine attaches to its records the last earlier
-    flagged record, from its own records or else from the prefix the scan brought it."""
-    mem = dict(mem)
-    pre_has, pre_val = plan.prefix(mem.pop("_dn0", _empty(plan.w + 2)))
-    t = mem[plan.name]
-    mem[plan.name] = _fill_local(t, plan.flags(t), pre_has, pre_val)
-    return mem
+def _with_prefix(data, m, prev, pre_has, pre_val) -> tuple[np.ndarray, np.ndarray]:
+    """(has, value): the row ``prev`` where there is one, else the machine's prefix from the scan."""
+    has = np.where(prev >= 0, True, pre_has[m])
+    return has, np.where((prev >= 0)[:, None], data[np.maximum(prev, 0)], pre_val[m])
 
 
 def forward_fill(sim: MPCSimulator, name: str, flag_col: int | None = None, *, fanout: int | None = None) -> None:
-    """After this, table ``name`` (sorted by (machine, column 0), as :func:`sample_sort` leaves it) has
-    1 + w more columns: a validity bit and the last earlier record (global order) whose column ``flag_col`` is
-    nonzero (any record if ``flag_col`` is None). 2 * ceil(log_f q) rounds plus a deferred local step.
-    """
-    q, s = sim.q, sim.s
-    w = sim.table(name).width
-    f = fanout or max(2, s // (4 * (w + 3)))
+    """Table ``name`` (sorted by (machine, column 0), as :func:`sample_sort` leaves it) gets 1 + w more
+    columns: a validity bit and the last earlier record in global order whose column ``flag_col`` is nonzero
+    (any record if None). A scan up and down an f-ary tree, 2 ceil(log_f q) rounds, then a local step."""
+    q, w = sim.q, sim.table(name).width
+    f = fanout or max(2, sim.s // (4 * (w + 3)))
+
+    def flags(t: Table) -> np.ndarray:
+        return np.ones(len(t), bool) if flag_col is None else t.data[:, flag_col] != 0
+
+    def prefix(pre: Table) -> tuple[np.ndarray, np.ndarray]:  # per machine, what its node got from above
+        has, val = np.zeros(q, bool), np.zeros((q, w), dtype=np.int64)
+        has[pre.machine], val[pre.machine] = pre.data[:, 1] != 0, pre.data[:, 2:]
+        return has, val
+
+    def up(ctx: RoundContext, mem: dict[str, Table], level: int):  # nodes send their last flagged record
+        mem = dict(mem)
+        if level == 1:
+            t = mem[name] = local_sort(mem[name])
+            has, last = _last_flagged(t.machine, t.data, flags(t), q)
+            nodes = src = ctx.active
+        else:
+            ch = _by_child(mem.get(f"_up{level - 1}", _empty(w + 3)))
+            has, last = _last_flagged(ch.machine, ch.data[:, 3:], ch.data[:, 2] != 0, q)
+            j = np.arange(-(-q // f ** (level - 1)))
+            h = _host(level - 1, j, f, q)
+            nodes, src = j[np.isin(h, ctx.active)], h[np.isin(h, ctx.active)]
+        data = np.column_stack([nodes // f, nodes % f, has[src].astype(np.int64), last[src]])
+        return mem, {f"_up{level}": Message(src, _host(level, nodes // f, f, q), data)}
+
+    def down(ctx: RoundContext, mem: dict[str, Table], level: int):  # each child gets the record before it
+        mem = dict(mem)
+        ch = _by_child(mem.pop(f"_up{level}", _empty(w + 3)))
+        pre_has, pre_val = prefix(mem.pop(f"_dn{level}", _empty(w + 2)))  # none at the root
+        m = ch.machine
+        has, val = _with_prefix(ch.data[:, 3:], m, _prev_flagged(m, ch.data[:, 2] != 0), pre_has, pre_val)
+        child = ch.data[:, 0] * f + ch.data[:, 1]
+        dest = _host(level - 1, child, f, q) if level > 1 else child
+        return mem, {f"_dn{level - 1}": Message(m, dest, np.column_stack([child, has.astype(np.int64), val]))}
+
+    def finish(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
+        mem = dict(mem)
+        pre_has, pre_val = prefix(mem.pop("_dn0", _empty(w + 2)))
+        t = local_sort(mem[name])
+        has, val = _with_prefix(t.data, t.machine, _prev_flagged(t.machine, flags(t)), pre_has, pre_val)
+        mem[name] = Table(t.machine, np.column_stack([t.data, has.astype(np.int64), val]))
+        return mem
+
     depth = tree_depth(q, f)
-    plan = _FillPlan(name, flag_col, q, f, w)
-    if depth == 0:  # a single machine: nothing to communicate
-        sim.defer(lambda ctx, mem: _fill_finish_single(ctx, mem, plan))
-        return
     for level in range(1, depth + 1):
-        sim.round(lambda ctx, mem, level=level: _fill_up(ctx, mem, level, plan))
+        sim.round(lambda ctx, mem, level=level: up(ctx, mem, level))
     for level in range(depth, 0, -1):
-        sim.round(lambda ctx, mem, level=level: _fill_down(ctx, mem, level, plan))
-    sim.defer(lambda ctx, mem: _fill_finish(ctx, mem, plan))
+        sim.round(lambda ctx, mem, level=level: down(ctx, mem, level))
+    sim.defer(finish)
 
 
-def _fill_local(t: Table, flag: np.ndarray, pre_has: np.ndarray, pre_val: np.ndarray) -> Table:
-    """Within each machine (records sorted), attach the last earlier flagged record, else the machine prefix."""
-    m = t.machine
-    n = len(m)
-    if n == 0:
-        return Table(m, np.zeros((0, 2 * t.width + 1), dtype=t.data.dtype))
-    idx = np.where(flag, np.arange(n), -1)
-    run = np.maximum.accumulate(idx)
-    prev = np.r_[-1, run[:-1]]
-    first = np.r_[True, m[1:] != m[:-1]]
-    seg_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    prev = np.where(prev >= seg_start, prev, -1)
-    has = np.where(prev >= 0, True, pre_has[m])
-    val = np.where((prev >= 0)[:, None], t.data[np.maximum(prev, 0)], pre_val[m])
-    return Table(m, np.column_stack([t.data, has.astype(np.int64), val]))
-
-
-# --------------------------------------------------------------------------- lookups and reductions
 def lookup(sim: MPCSimulator, data_name: str, req_name: str, out_name: str, *, value_width: int,
            n_records: int, seed: int = 0) -> None:
     """For each request row ``[key, reply_machine, tag]`` of ``req_name``, deliver ``[tag, found, values...]``
@@ -523,7 +430,7 @@ def lookup(sim: MPCSimulator, data_name: str, req_name: str, out_name: str, *, v
         found = has & (prev[:, 2] == d[:, 2])
         vals = np.where(found[:, None], prev[:, 3:3 + a], -1)
         data = np.column_stack([d[req, 4], found[req].astype(np.int64), vals[req]])
-        return mem, {out_name: _msg(t.machine[req], d[req, 3], data)}
+        return mem, {out_name: Message(t.machine[req], d[req, 3], data)}
 
     sim.round(answer)
 
@@ -544,10 +451,8 @@ def _tagged(t: Table, is_data: int, width: int, stride: int, s: int) -> Table:
 
 def reduce_min(sim: MPCSimulator, msg_name: str, out_name: str, n_values: int, *, n_records: int,
                seed: int = 0) -> None:
-    """Rows ``[target, value, dest_machine]`` of ``msg_name`` (values in [0, n_values)): for each target, one
-    row ``[target, min value]`` is delivered to its ``dest_machine`` in table ``out_name``. Consumes the input;
-    ``n_records`` (public) is the number of rows.
-    """
+    """For the rows [target, value in [0, n_values), dest machine] of ``msg_name`` (consumed; ``n_records``
+    of them), deliver one row [target, min value] per target to its dest machine, in table ``out_name``."""
     q, s = sim.q, sim.s
 
     def build(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
@@ -569,16 +474,14 @@ def reduce_min(sim: MPCSimulator, msg_name: str, out_name: str, n_values: int, *
         t = mem.pop("_rd")
         d = t.data
         first = (d[:, 4] == 0) | (d[:, 6] != d[:, 1])
-        return mem, {out_name: _msg(t.machine[first], d[first, 3], d[first, 1:3])}
+        return mem, {out_name: Message(t.machine[first], d[first, 3], d[first, 1:3])}
 
     sim.round(answer)
 
 
 def global_or(sim: MPCSimulator, name: str, col: int) -> None:
-    """Every machine learns whether any record of table ``name`` has column ``col`` nonzero: an OR up an
-    f-ary tree to machine 0 and a broadcast back down, 2 * ceil(log_f q) rounds. Result: table ``_or`` (one
-    word) on every machine.
-    """
+    """Every machine learns (table ``_or``) whether any record of ``name`` has column ``col`` nonzero: an OR
+    up an f-ary tree to machine 0 and back down, 2 ceil(log_f q) rounds."""
     q, s = sim.q, sim.s
     f = max(2, s // 4)
     depth = tree_depth(q, f)
@@ -596,7 +499,7 @@ def global_or(sim: MPCSimulator, name: str, col: int) -> None:
             np.logical_or.at(flag, ch.machine, ch.data[:, 0] != 0)
             senders = ctx.active[ctx.active % f ** (level - 1) == 0]
         node = senders // f ** (level - 1)
-        return mem, {f"_or{level}": _msg(senders, (node // f) * f**level, flag[senders].astype(np.int64))}
+        return mem, {f"_or{level}": Message(senders, (node // f) * f**level, flag[senders].astype(np.int64))}
 
     def down(ctx: RoundContext, mem: dict[str, Table], level: int):
         mem = dict(mem)
@@ -612,7 +515,7 @@ def global_or(sim: MPCSimulator, name: str, col: int) -> None:
         child = hosts[:, None] + np.arange(f)[None, :] * f ** (level - 1)
         ok = child < q
         src = np.repeat(hosts, f)[ok.ravel()]
-        return mem, {"_ordn": _msg(src, child[ok], val[src].astype(np.int64))}
+        return mem, {"_ordn": Message(src, child[ok], val[src].astype(np.int64))}
 
     if depth == 0:
         sim.defer(lambda ctx, mem: {**mem, "_or": Table(ctx.active, np.any(

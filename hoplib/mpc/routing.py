@@ -1,24 +1,17 @@
-"""Lemma 3.2 (routing): one attention layer that delivers every message of a valid (beta, s)-routing.
+"""Lemma 3.2 (routing): one softmax attention layer that delivers every message of a valid (beta, s)-routing.
 
-Token ``i`` holds Sent_i, up to s pairs (message in Z^beta, destination). One softmax attention head, whose
-token-wise maps are the arbitrary functions the model class allows, maps Sent to Rcvd, the messages each
-token should receive with their sources. The construction (paper-spec section 5, Appendix B) combines:
+Token i holds up to s pairs (message of beta words, destination); the layer maps them to the messages each
+token receives, with their sources (paper-spec section 5, Appendix B):
 
-* **Sparse propagation** (Prop. B.1). Destination i queries with ``c * (u_i, 1)``, u_i a random sign vector
-  in {+-1/sqrt(d)}^d; source j keys with ``(w_S, 0)`` where S is its set of destinations and w_S solves
-  ``u_i . w_S = 1`` for i in S (then ``|u_i . w_S| <= 1/2`` for i outside S when d is large enough); a start
-  token keys with ``(0, 3/4)`` and has value 0. Scaled by c the softmax is a hardmax: destination i gets the
-  **average** of the values of the sources that write to it.
-* **Multiple hashing** (Fact B.2). A source's value has m' slots, each a packet (validity 1, source,
-  destination, message) or zeros. A fixed 0/1 matrix A, one row per (source, destination, copy) and Bernoulli
-  entries of rate 1/(b+1), picks the slots: a packet goes in slot j when its row has a 1 there and the
-  source's other rows a 0. After averaging, slot j's validity is (packets landing there)/|Rcvd_i|; slots
-  at the smallest nonzero validity hold one clean packet, recovered by multiplying by |Rcvd_i|.
+* Sparse propagation (Prop. B.1): destination i queries with c (u_i, 1), u_i a random sign vector; source j
+  keys with (w_S, 0), where w_S solves u_i . w_S = 1 for the destinations i in S of j; a start token keys
+  with (0, 3/4). Scaled by c the softmax is a hardmax: i receives the average of its senders' values.
+* Multiple hashing (Fact B.2): a value has m' slots of packets (validity, source, destination, copy,
+  message); a fixed 0/1 matrix A of rate 1/(b+1) picks the slots. After averaging, the slots at the smallest
+  nonzero validity 1/|Rcvd_i| hold one clean packet each.
 
-Every word is split into 16-bit pieces so that float64 averaging and rescaling recover it exactly.
-The width the lemma guarantees for *every* routing, m' = 12 b^2 ln(N^2) with b = s^2 (so m = O(s^4 beta log N)),
-is far more than one routing needs (about e (b+1) ln(rows)): :func:`lemma_slots` and
-:func:`minimal_slots` let the chapter show where the constants bite.
+Words are split into 16-bit pieces so that float64 averaging recovers them exactly. Fact B.2's width for
+*every* routing, m' = 12 b^2 ln N^2 with b = s^2, is far more than one routing needs (about e (b+1) ln rows).
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 from hoplib._book.device import get_device
-from hoplib._book.validate import check_int
 from hoplib.mpc.primitives import mix_hash
 
 PIECE_BITS = 16
@@ -40,8 +32,7 @@ PIECES = 64 // PIECE_BITS
 
 def lemma_slots(s: int, num_tokens: int) -> int:
     """Slots m' of Fact B.2 that work for every valid routing: 12 b^2 ln(N^2) with b = s^2."""
-    b = check_int("s", s, low=1) ** 2
-    return math.ceil(12 * b * b * math.log(check_int("num_tokens", num_tokens, low=2) ** 2))
+    return math.ceil(12 * s**4 * math.log(num_tokens**2))
 
 
 def practical_slots(max_view: int, rows: int, failure: float = 1e-3) -> int:
@@ -50,7 +41,7 @@ def practical_slots(max_view: int, rows: int, failure: float = 1e-3) -> int:
 
 
 def _split_words(words: np.ndarray) -> np.ndarray:
-    """int64 (..., w) -> (..., w * 4) unsigned 16-bit pieces (as int64)."""
+    """int64 (..., w) -> (..., 4 w) unsigned 16-bit pieces."""
     u = words.astype(np.int64).view(np.uint64)
     shifts = np.arange(PIECES, dtype=np.uint64) * np.uint64(PIECE_BITS)
     pieces = (u[..., None] >> shifts) & np.uint64(2**PIECE_BITS - 1)
@@ -58,14 +49,14 @@ def _split_words(words: np.ndarray) -> np.ndarray:
 
 
 def _join_words(pieces: np.ndarray) -> np.ndarray:
-    p = pieces.astype(np.uint64).reshape(*pieces.shape[:-1], -1, PIECES)
+    p = pieces.astype(np.uint64).reshape(*pieces.shape[:-1], pieces.shape[-1] // PIECES, PIECES)
     shifts = np.arange(PIECES, dtype=np.uint64) * np.uint64(PIECE_BITS)
     return (p << shifts).sum(axis=-1, dtype=np.uint64).view(np.int64)
 
 
 @dataclass
 class RoutingResult:
-    """Delivered messages: ``src``, ``dest`` (n,) and ``msg`` (n, beta); plus diagnostics of the layer."""
+    """Delivered messages ``src``, ``dest`` (n,) and ``msg`` (n, beta), with the layer's diagnostics."""
 
     src: np.ndarray
     dest: np.ndarray
@@ -75,28 +66,22 @@ class RoutingResult:
 
 
 class RoutingLayer:
-    """route_{beta,s} of Lemma 3.2 as one attention layer with one head over ``num_tokens`` tokens.
+    """route_{beta,s} of Lemma 3.2: one attention layer with one head over ``num_tokens`` tokens.
 
-    ``max_messages`` (s) bounds the messages a token sends and receives; ``message_words`` is beta;
-    ``max_view`` (b, default s^2) bounds the packets any destination can "see" (the rows of A that its
-    sources use); ``slots`` (m') defaults to :func:`practical_slots`; ``key_dim`` (d) to 16 s^2 ln N + 64.
+    ``max_messages`` (s) bounds the messages a token sends and receives, ``message_words`` is beta,
+    ``max_view`` (b, default s^2) the packets a destination can see, ``slots`` (m') defaults to
+    :func:`practical_slots` and ``key_dim`` (d) to 16 s^2 ln N + 64.
     """
 
     def __init__(self, num_tokens: int, max_messages: int, message_words: int, *, max_view: int | None = None,
                  slots: int | None = None, key_dim: int | None = None, scale: float = 400.0, seed: int = 0,
                  device: str | torch.device = "cpu"):
-        self.n = check_int("num_tokens", num_tokens, low=2)
-        self.s = check_int("max_messages", max_messages, low=1)
-        self.beta = check_int("message_words", message_words, low=1)
-        self.b = check_int("max_view", max_view if max_view is not None else self.s**2, low=1)
-        self.slots = check_int("slots", slots if slots is not None else practical_slots(self.b, self.n * self.s),
-                               low=1)
-        self.d = check_int("key_dim", key_dim if key_dim is not None
-                           else int(16 * self.s**2 * math.log(self.n)) + 64, low=1)
-        self.scale = float(scale)
-        self.seed = check_int("seed", seed, low=0)
+        self.n, self.s, self.beta, self.scale, self.seed = num_tokens, max_messages, message_words, scale, seed
+        self.b = max_view or self.s**2
+        self.slots = slots or practical_slots(self.b, self.n * self.s)
+        self.d = key_dim or int(16 * self.s**2 * math.log(self.n)) + 64
         self.device = get_device(device)
-        gen = torch.Generator(device="cpu").manual_seed(self.seed)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
         signs = torch.randint(0, 2, (self.n, self.d), generator=gen, dtype=torch.float64) * 2 - 1
         self.u = (signs / math.sqrt(self.d)).to(self.device)
 
@@ -106,7 +91,7 @@ class RoutingLayer:
 
     @property
     def width(self) -> int:
-        """Embedding width m used: query/key dimension d + 1 plus value dimension m' * (4 + 4 beta)."""
+        """Embedding width m: query/key dimension d + 1 plus value dimension m' (4 + 4 beta)."""
         return self.d + 1 + self.slots * self.packet_width
 
     def slot_matrix(self, src: np.ndarray, dest: np.ndarray, copy: np.ndarray) -> np.ndarray:
@@ -116,56 +101,47 @@ class RoutingLayer:
         h = mix_hash(row[:, None] * self.slots + cols[None, :], salt=self.seed + 17)
         return (h % np.uint64(self.b + 1)) == 0
 
+    def queries_and_keys(self, src: np.ndarray, dest: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sparse propagation: row 0 is the start token, row j + 1 token j; query (u_i, 1), key (w_S, 0)."""
+        n, d = self.n, self.d
+        query = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=self.device)
+        query[1:, :d], query[1:, d] = self.u, 1.0
+        keys = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=self.device)
+        keys[0, d] = 0.75  # the start token: above every off-target score, below the targets' 1
+        for j in np.unique(src):
+            us = self.u[torch.as_tensor(np.unique(dest[src == j]), device=self.device)]  # (|S|, d)
+            ones = torch.ones(len(us), dtype=torch.float64, device=self.device)
+            keys[j + 1, :d] = torch.linalg.solve(us @ us.T, ones) @ us  # u_i . w_S = 1 for i in S
+        return query, keys
+
     def forward(self, src: np.ndarray, dest: np.ndarray, msg: np.ndarray) -> RoutingResult:
-        """Route messages ``msg`` (n, beta) int64 from tokens ``src`` to tokens ``dest`` through attention."""
-        src = np.asarray(src, dtype=np.int64).reshape(-1)
-        dest = np.asarray(dest, dtype=np.int64).reshape(-1)
+        """Route messages ``msg`` (n, beta) from tokens ``src`` to tokens ``dest`` through attention."""
+        src, dest = np.asarray(src, dtype=np.int64), np.asarray(dest, dtype=np.int64)
         msg = np.asarray(msg, dtype=np.int64).reshape(len(src), self.beta)
-        if len(dest) != len(src):
-            raise ValueError(f"src and dest must have the same length, got {len(src)} and {len(dest)}")
-        n, s = self.n, self.s
-        if len(src) and (src.min() < 0 or src.max() >= n or dest.min() < 0 or dest.max() >= n):
-            raise ValueError(f"src and dest must be tokens in [0, {n - 1}]")
-        if len(src) and (np.bincount(src, minlength=n).max() > s or np.bincount(dest, minlength=n).max() > s):
-            raise ValueError(f"not a valid routing: some token sends or receives more than s = {s} messages")
+        n, dev = self.n, self.device
+        if len(src) and max(np.bincount(src).max(), np.bincount(dest).max()) > self.s:
+            raise ValueError(f"not a valid routing: some token sends or receives more than s = {self.s} messages")
         order = np.lexsort((dest, src))
         src, dest, msg = src[order], dest[order], msg[order]
-        pair_first = np.r_[True, (src[1:] != src[:-1]) | (dest[1:] != dest[:-1])] if len(src) else np.zeros(0, bool)
-        start = np.maximum.accumulate(np.where(pair_first, np.arange(len(src)), 0)) if len(src) else src
-        copy = np.arange(len(src)) - start
-
-        # --- multiple hashing: which slots each packet occupies (token-wise: uses only the source's rows)
+        first = np.r_[True, (src[1:] != src[:-1]) | (dest[1:] != dest[:-1])][: len(src)]
+        copy = np.arange(len(src)) - np.maximum.accumulate(np.where(first, np.arange(len(src)), 0))
+        # multiple hashing: a packet takes the slots where its row of A has a 1 and its source's other rows 0
         a = self.slot_matrix(src, dest, copy)
         per_src = np.zeros((n, self.slots), dtype=np.int64)
         np.add.at(per_src, src, a.astype(np.int64))
-        exclusive = a & (per_src[src] == 1)
-        packets = np.column_stack([np.ones(len(src), np.int64), src, dest, copy, _split_words(msg)]).astype(np.float64)
-        dev = self.device
+        rows, cols = np.nonzero(a & (per_src[src] == 1))
+        packets = np.column_stack([np.ones(len(src), np.int64), src, dest, copy, _split_words(msg)])
         value = torch.zeros(n + 1, self.slots, self.packet_width, dtype=torch.float64, device=dev)
-        rows, cols = np.nonzero(exclusive)
         value[torch.as_tensor(src[rows] + 1, device=dev), torch.as_tensor(cols, device=dev)] = torch.as_tensor(
-            packets[rows], device=dev)
-
-        # --- sparse propagation: keys w_S with u_i . w_S = 1 exactly for i in S
-        keys = torch.zeros(n + 1, self.d + 1, dtype=torch.float64, device=dev)
-        keys[0, self.d] = 0.75  # the start token
-        for j in np.unique(src):
-            dests = np.unique(dest[src == j])
-            us = self.u[torch.as_tensor(dests, device=dev)]  # (|S|, d)
-            coef = torch.linalg.solve(us @ us.T, torch.ones(len(dests), dtype=torch.float64, device=dev))
-            keys[j + 1, : self.d] = coef @ us
-        query = torch.zeros(n + 1, self.d + 1, dtype=torch.float64, device=dev)
-        query[1:, : self.d] = self.u
-        query[1:, self.d] = 1.0
-        scores = query[1:] @ keys[1:].T  # (dest, src)
+            packets[rows].astype(np.float64), device=dev)
+        query, keys = self.queries_and_keys(src, dest)
+        scores = query[1:] @ keys[1:].T  # (destination, source)
         target = torch.zeros_like(scores, dtype=torch.bool)
         target[torch.as_tensor(dest, device=dev), torch.as_tensor(src, device=dev)] = True
-        off = scores[~target]
-        max_off = float(off.max()) if off.numel() else -1.0
+        max_off = float(scores[~target].max()) if (~target).any() else -1.0
         out = F.scaled_dot_product_attention((self.scale * query)[None], keys[None],
                                              value.reshape(n + 1, -1)[None], scale=1.0)[0]
-        out = out[1:].reshape(n, self.slots, self.packet_width).cpu().numpy()
-        return self._decode(out, max_off)
+        return self._decode(out[1:].reshape(n, self.slots, self.packet_width).cpu().numpy(), max_off)
 
     def _decode(self, out: np.ndarray, max_off: float) -> RoutingResult:
         """Token-wise decoding: clean slots sit at the smallest nonzero validity, 1/|Rcvd_i|."""
@@ -177,49 +153,36 @@ class RoutingLayer:
         tok, slot = np.nonzero(clean)
         pk = np.rint(out[tok, slot] * count[tok, None]).astype(np.int64)
         mine = pk[:, 2] == tok
-        pk = pk[mine]
-        rec_tok = tok[mine]
-        # the same packet may sit alone in several slots: keep one copy of each
-        uniq = np.unique(np.column_stack([rec_tok, pk]), axis=0) if len(pk) else np.zeros((0, 1 + pk.shape[1]),
-                                                                                          np.int64)
-        msg = _join_words(uniq[:, 5:]) if len(uniq) else np.zeros((0, self.beta), np.int64)
-        clean_fraction = float(clean.sum() / max(nz.sum(), 1))
-        return RoutingResult(uniq[:, 2], uniq[:, 0], msg.reshape(len(uniq), self.beta), max_off, clean_fraction)
+        uniq = np.unique(np.column_stack([tok[mine], pk[mine]]), axis=0)  # one copy of each packet
+        msg = _join_words(uniq[:, 5:]).reshape(len(uniq), self.beta)
+        return RoutingResult(uniq[:, 2], uniq[:, 0], msg, max_off, float(clean.sum() / max(nz.sum(), 1)))
 
 
 def random_routing(num_tokens: int, s: int, beta: int, *, seed: int = 0,
                    fill: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A random valid (beta, s)-routing: every token sends and receives at most s messages, distinct
-    (source, destination) pairs, random 40-bit messages. ``fill`` is the fraction of the s slots used."""
-    n = check_int("num_tokens", num_tokens, low=2)
-    s = check_int("s", s, low=1)
-    rng = np.random.default_rng(check_int("seed", seed, low=0))
-    per = max(1, int(round(fill * min(s, n))))
-    # s random permutations give every token exactly `per` sends and receives; drop repeated pairs
-    pairs = np.concatenate([np.column_stack([np.arange(n), rng.permutation(n)]) for _ in range(per)])
-    pairs = np.unique(pairs, axis=0)
-    msg = rng.integers(0, 2**40, (len(pairs), beta))
-    return pairs[:, 0], pairs[:, 1], msg
+    (source, destination) pairs, random 40-bit messages; ``fill`` is the fraction of the s used."""
+    rng = np.random.default_rng(seed)
+    n, per = num_tokens, max(1, int(round(fill * min(s, num_tokens))))
+    pairs = np.unique(np.concatenate([np.column_stack([np.arange(n), rng.permutation(n)]) for _ in range(per)]),
+                      axis=0)  # `per` random permutations, repeated pairs dropped
+    return pairs[:, 0], pairs[:, 1], rng.integers(0, 2**40, (len(pairs), beta))
 
 
 def routing_is_exact(result: RoutingResult, src: np.ndarray, dest: np.ndarray, msg: np.ndarray) -> bool:
-    """True when the delivered (src, dest, msg) multiset equals the sent one: nothing lost, nothing spurious."""
+    """Whether the delivered (src, dest, msg) multiset equals the sent one: nothing lost, nothing invented."""
     a = np.column_stack([src, dest, msg])
     b = np.column_stack([result.src, result.dest, result.msg])
-    if a.shape != b.shape:
-        return False
-    return bool(np.array_equal(a[np.lexsort(a.T[::-1])], b[np.lexsort(b.T[::-1])]))
+    return a.shape == b.shape and bool(np.array_equal(a[np.lexsort(a.T[::-1])], b[np.lexsort(b.T[::-1])]))
 
 
 def minimal_slots(num_tokens: int, s: int, beta: int = 1, *, trials: int = 5, seed: int = 0,
                   device: str | torch.device = "cpu") -> int:
-    """The smallest m' (searched over powers of 2^(1/2)) at which ``trials`` random full routings all arrive
-    exactly: the width one needs in practice, to set against :func:`lemma_slots`."""
+    """The smallest m' (searched in steps of sqrt 2) at which ``trials`` random full routings all arrive."""
     m = 8
     while True:
         layer = RoutingLayer(num_tokens, s, beta, slots=m, seed=seed, device=device)
-        ok = all(routing_is_exact(layer.forward(*r), *r)
-                 for r in (random_routing(num_tokens, s, beta, seed=seed + 1000 + t) for t in range(trials)))
-        if ok:
+        routings = (random_routing(num_tokens, s, beta, seed=seed + 1000 + t) for t in range(trials))
+        if all(routing_is_exact(layer.forward(*r), *r) for r in routings):
             return m
         m = int(math.ceil(m * math.sqrt(2)))

@@ -1,20 +1,11 @@
-"""A Massively Parallel Computation (MPC) simulator that enforces the model (Section 2 of the paper).
+"""An MPC simulator that enforces the model (Section 2 of the paper): q machines with s words each.
 
-q machines, each with a local memory of s words. A round: every machine applies a local function to its
-memory and emits addressed messages; the simulator delivers every message at once. A machine that holds
-more than s words, or sends or receives more than s words in one round, makes the simulator raise
-:class:`MPCLimitError` naming the round, the machine, the limit and the amount.
-
-Memory is a set of named tables. A :class:`Table` is a batch of records, each a fixed number of words (the
-columns of ``data``), with the id of the machine that holds it. A word is one array entry (the paper's
-p = Theta(log N) bits: an int64, or a float64 for the real-valued tables of Theorem 3.4).
-
-The local step of a round is written *vectorised*: ``step(ctx, mem)`` receives all machines' tables at once
-and returns ``(keep, send)``: the tables each machine keeps and a dict of :class:`Message` batches (source,
-destination, data) delivered into the table of that name at the destination. So that a vectorised step
-cannot cheat (read another machine's memory, or move a record without a message), ``audit=True`` re-runs the
-step on every machine's memory *alone* and checks that the union of those runs equals the batched result,
-and that each machine only kept and sent records as itself. Tests run protocols with the audit on.
+Memory is a set of named tables of records (a record is a few words; a word is an int64, or a float64 for
+Theorem 3.4's tables). A round's local step is written once for all machines: ``step(ctx, mem)`` returns
+``(keep, send)``, the tables every machine keeps and the messages it sends (delivered into the table of the
+same name at the destination). A machine that holds, sends or receives more than s words raises
+:class:`MPCLimitError`. ``audit=True`` reruns each step machine by machine and checks that the union equals
+the batched result, so that a vectorised step cannot read another machine's memory.
 """
 
 from __future__ import annotations
@@ -24,11 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hoplib._book.validate import check_int
-
 
 class MPCLimitError(Exception):
-    """A machine broke a limit of the MPC model: memory, words sent or words received in one round."""
+    """A machine held, sent or received more than s words in one round."""
 
     def __init__(self, kind: str, round: int, machine: int, limit: int, amount: int):
         self.kind, self.round, self.machine, self.limit, self.amount = kind, round, machine, limit, amount
@@ -38,43 +27,43 @@ class MPCLimitError(Exception):
 
 
 class MPCProtocolError(Exception):
-    """A protocol broke the rules of the model in another way: a bad address, or a non-local step."""
+    """A protocol broke the model in another way: a bad address, or a step that is not local."""
 
 
 class MPCNotConvergedError(RuntimeError):
-    """An iterative protocol stopped at its iteration limit before its output settled.
-
-    ``labels`` (the unfinished output) and ``stats`` (with ``converged = False``) are kept on the exception.
-    """
+    """An iterative protocol hit its iteration limit; ``labels`` and ``stats`` hold the unfinished run."""
 
     def __init__(self, message: str, labels: np.ndarray, stats: MPCStats):
         super().__init__(message)
         self.labels, self.stats = labels, stats
 
 
+def _rows(data, n: int) -> np.ndarray:
+    """``data`` as n records of w words, (n, w); a 1-D array is one word per record."""
+    d = np.asarray(data)
+    d = d.reshape(-1, 1) if d.ndim == 1 else d
+    if d.ndim != 2 or len(d) != n:
+        raise ValueError(f"data must have shape ({n}, w), got {d.shape}")
+    return d
+
+
 @dataclass
 class Table:
-    """Records held by machines: ``machine`` (n,) int64 and ``data`` (n, w); each record is w words."""
+    """Records held by machines: ``machine`` (n,) and ``data`` (n, w), w words per record."""
 
     machine: np.ndarray
     data: np.ndarray
 
     def __post_init__(self) -> None:
         self.machine = np.asarray(self.machine, dtype=np.int64).reshape(-1)
-        d = np.asarray(self.data)
-        if d.ndim == 1:
-            d = d.reshape(-1, 1)
-        if d.ndim != 2 or d.shape[0] != self.machine.shape[0]:
-            raise ValueError(f"Table data must have shape (n, w) with n = len(machine) = {self.machine.shape[0]}, "
-                             f"got {d.shape}")
-        self.data = d
+        self.data = _rows(self.data, len(self.machine))
 
     @property
     def width(self) -> int:
         return self.data.shape[1]
 
     def __len__(self) -> int:
-        return self.machine.shape[0]
+        return len(self.machine)
 
     def select(self, mask: np.ndarray) -> Table:
         return Table(self.machine[mask], self.data[mask])
@@ -82,7 +71,7 @@ class Table:
 
 @dataclass
 class Message:
-    """Addressed messages: ``src`` and ``dest`` (n,) machine ids and ``data`` (n, w), w words each."""
+    """Addressed messages: ``src`` and ``dest`` (n,) machine ids and ``data`` (n, w)."""
 
     src: np.ndarray
     dest: np.ndarray
@@ -91,25 +80,18 @@ class Message:
     def __post_init__(self) -> None:
         self.src = np.asarray(self.src, dtype=np.int64).reshape(-1)
         self.dest = np.asarray(self.dest, dtype=np.int64).reshape(-1)
-        d = np.asarray(self.data)
-        if d.ndim == 1:
-            d = d.reshape(-1, 1)
-        if d.ndim != 2 or not (d.shape[0] == self.src.shape[0] == self.dest.shape[0]):
-            raise ValueError(f"Message src, dest and data must have the same length, got {self.src.shape}, "
-                             f"{self.dest.shape}, {d.shape}")
-        self.data = d
+        self.data = _rows(self.data, len(self.src))
+        if len(self.dest) != len(self.src):
+            raise ValueError(f"{len(self.src)} sources but {len(self.dest)} destinations")
 
     def __len__(self) -> int:
-        return self.src.shape[0]
+        return len(self.src)
 
 
 @dataclass
 class RoundContext:
-    """What every machine knows in a round: the round number (1-based), q, s, and its own id.
-
-    ``active`` holds the ids of the machines this call of the step computes for: all of them in a batched
-    call, one in an audit call. A step that acts on machine ids rather than on records must use it.
-    """
+    """What every machine knows: the round (1-based), q, s, and ``active``, the machines this call computes
+    for (all of them in a batched call, one in an audit call)."""
 
     round: int
     num_machines: int
@@ -119,7 +101,7 @@ class RoundContext:
 
 @dataclass
 class MPCStats:
-    """Per-run statistics: rounds, the largest memory of any machine, and words moved per round."""
+    """Rounds, the largest memory of any machine, words moved per round, rounds per phase."""
 
     num_machines: int
     memory: int
@@ -129,8 +111,7 @@ class MPCStats:
     max_sent_per_round: list[int] = field(default_factory=list)
     max_received_per_round: list[int] = field(default_factory=list)
     phases: dict[str, int] = field(default_factory=dict)
-    converged: bool | None = None
-    """For iterative protocols: whether the output settled before the iteration limit (None: not iterative)."""
+    converged: bool | None = None  # iterative protocols: did the output settle before the limit?
 
     @property
     def total_words(self) -> int:
@@ -146,49 +127,38 @@ class MPCStats:
 Step = Callable[[RoundContext, dict[str, Table]], tuple[dict[str, Table], dict[str, Message]]]
 
 
-def _words_per_machine(tables: dict[str, Table], q: int) -> np.ndarray:
+def words_per_machine(batches, q: int) -> np.ndarray:
+    """Words per machine of batches ``(machine ids, words per record)``."""
     total = np.zeros(q, dtype=np.int64)
-    for t in tables.values():
-        if len(t):
-            total += np.bincount(t.machine, minlength=q)[:q] * t.width
+    for ids, width in batches:
+        total += np.bincount(ids, minlength=q)[:q] * width
     return total
-
-
-def _canon(a: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Rows of ``[keys | a]`` in lexicographic order (for comparing multisets of records)."""
-    n = len(keys)
-    m = np.column_stack([keys.reshape(n, -1).astype(np.float64), a.reshape(n, -1).astype(np.float64)])
-    order = np.lexsort(m.T[::-1])
-    return m[order]
 
 
 class MPCSimulator:
     """q machines with s words of memory each, run round by round (Section 2; Andoni et al. 2018).
 
-    ``audit=True`` checks locality of every step by re-running it machine by machine (slow: for tests).
-    ``float_tol`` is the tolerance of that comparison for float tables (summation order may differ).
+    ``audit=True`` reruns every step machine by machine to check locality (slow: for tests);
+    ``float_tol`` is that comparison's tolerance for float tables.
     """
 
     def __init__(self, num_machines: int, memory: int, *, audit: bool = False, float_tol: float = 1e-9):
-        self.q = check_int("num_machines", num_machines, low=1)
-        self.s = check_int("memory", memory, low=1)
-        self.audit = bool(audit)
-        self.float_tol = float(float_tol)
+        self.q, self.s, self.audit, self.float_tol = num_machines, memory, audit, float_tol
         self.mem: dict[str, Table] = {}
         self.stats = MPCStats(self.q, self.s)
         self._phase: str | None = None
         self._pending: list[Callable[[RoundContext, dict[str, Table]], dict[str, Table]]] = []
 
-    # ------------------------------------------------------------------ loading and reading
     def load(self, name: str, machine: np.ndarray, data: np.ndarray) -> None:
-        """Place input records before round 1 (the input starts spread over the first machines)."""
+        """Place input records before round 1."""
         t = Table(machine, data)
         self._check_addresses(t.machine, "load")
         if name in self.mem:
             old = self.mem[name]
             t = Table(np.concatenate([old.machine, t.machine]), np.concatenate([old.data, t.data]))
         self.mem[name] = t
-        self._check_memory(self.mem, round_=0)
+        held = self._check_limit("memory", [(t.machine, t.width) for t in self.mem.values()], 0)
+        self.stats.max_memory = max(self.stats.max_memory, int(held.max()))
 
     def table(self, name: str) -> Table:
         """The table ``name`` as it is now (empty if absent)."""
@@ -197,20 +167,6 @@ class MPCSimulator:
     def phase(self, name: str | None) -> None:
         """Label the following rounds (for the per-phase round counts in the stats)."""
         self._phase = name
-
-    # ------------------------------------------------------------------ checks
-    def _check_addresses(self, ids: np.ndarray, what: str) -> None:
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.q):
-            bad = int(ids[(ids < 0) | (ids >= self.q)][0])
-            raise MPCProtocolError(f"round {self.stats.rounds + 1}: {what} names machine {bad}, but machines "
-                                   f"are 0..{self.q - 1}")
-
-    def _check_memory(self, tables: dict[str, Table], round_: int) -> None:
-        words = _words_per_machine(tables, self.q)
-        m = int(words.argmax()) if len(words) else 0
-        if words[m] > self.s:
-            raise MPCLimitError("memory", round_, m, self.s, int(words[m]))
-        self.stats.max_memory = max(self.stats.max_memory, int(words[m]))
 
     def defer(self, local: Callable[[RoundContext, dict[str, Table]], dict[str, Table]]) -> None:
         """Queue a purely local computation ``mem -> mem``; it runs at the start of the next round's step."""
@@ -221,114 +177,106 @@ class MPCSimulator:
         if self._pending:
             self.round(lambda ctx, mem: (mem, {}))
 
-    # ------------------------------------------------------------------ one round
+    def _check_addresses(self, ids: np.ndarray, what: str) -> None:
+        bad = ids[(ids < 0) | (ids >= self.q)]
+        if len(bad):
+            raise MPCProtocolError(f"round {self.stats.rounds + 1}: {what} names machine {bad[0]}, but "
+                                   f"machines are 0..{self.q - 1}")
+
+    def _check_limit(self, kind: str, batches, r: int) -> np.ndarray:
+        words = words_per_machine(batches, self.q)
+        m = int(words.argmax())
+        if words[m] > self.s:
+            raise MPCLimitError(kind, r, m, self.s, int(words[m]))
+        return words
+
     def round(self, step: Step) -> None:
-        """Run one round: local step on every machine, then simultaneous delivery of all messages."""
-        pending, self._pending = self._pending, []
-        if pending:
-            inner = step
-
-            def step(ctx: RoundContext, mem: dict[str, Table]):
-                for fn in pending:
-                    mem = fn(ctx, mem)
-                return inner(ctx, mem)
-
+        """One round: the local step on every machine, then all messages delivered at once."""
+        step = self._with_pending(step)
         r = self.stats.rounds + 1
-        ctx = RoundContext(r, self.q, self.s, np.arange(self.q))
-        keep, send = step(ctx, dict(self.mem))
+        keep, send = step(RoundContext(r, self.q, self.s, np.arange(self.q)), dict(self.mem))
         keep = {k: v for k, v in keep.items() if v is not None}
         for name, t in keep.items():
             self._check_addresses(t.machine, f"kept table {name!r}")
-        if self.audit:
-            self._audit(step, ctx, keep, send)
-        sent = np.zeros(self.q, dtype=np.int64)
-        recv = np.zeros(self.q, dtype=np.int64)
         for name, msg in send.items():
-            self._check_addresses(msg.src, f"message {name!r} source")
-            self._check_addresses(msg.dest, f"message {name!r} destination")
-            w = msg.data.shape[1]
-            sent += np.bincount(msg.src, minlength=self.q) * w
-            recv += np.bincount(msg.dest, minlength=self.q) * w
-        for kind, arr in (("send", sent), ("receive", recv)):
-            m = int(arr.argmax())
-            if arr[m] > self.s:
-                raise MPCLimitError(kind, r, m, self.s, int(arr[m]))
+            self._check_addresses(np.r_[msg.src, msg.dest], f"message {name!r}")
+        if self.audit:
+            self._audit(step, r, keep, send)
+        sent = self._check_limit("send", [(m.src, m.data.shape[1]) for m in send.values()], r)
+        recv = self._check_limit("receive", [(m.dest, m.data.shape[1]) for m in send.values()], r)
         new = self._deliver(keep, send, r)
-        self._check_memory(new, r)
+        held = self._check_limit("memory", [(t.machine, t.width) for t in new.values()], r)
         self.mem = new
-        self.stats.rounds = r
-        self.stats.words_per_round.append(int(sent.sum()))
-        self.stats.max_sent_per_round.append(int(sent.max()))
-        self.stats.max_received_per_round.append(int(recv.max()))
+        st = self.stats
+        st.rounds, st.max_memory = r, max(st.max_memory, int(held.max()))
+        st.words_per_round.append(int(sent.sum()))
+        st.max_sent_per_round.append(int(sent.max()))
+        st.max_received_per_round.append(int(recv.max()))
         if self._phase is not None:
-            self.stats.phases[self._phase] = self.stats.phases.get(self._phase, 0) + 1
+            st.phases[self._phase] = st.phases.get(self._phase, 0) + 1
+
+    def _with_pending(self, step: Step) -> Step:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return step
+
+        def with_local(ctx: RoundContext, mem: dict[str, Table]):
+            for fn in pending:
+                mem = fn(ctx, mem)
+            return step(ctx, mem)
+
+        return with_local
 
     def _deliver(self, keep: dict[str, Table], send: dict[str, Message], r: int) -> dict[str, Table]:
-        """Put every message into the table of its name at its destination (all at once)."""
         return deliver_direct(keep, send, r)
 
-    def _audit(self, step: Step, ctx: RoundContext, keep: dict[str, Table], send: dict[str, Message]) -> None:
-        """Re-run ``step`` on each machine's memory alone; the union must equal the batched result."""
-        per_keep: dict[str, list] = {}
-        per_send: dict[str, list] = {}
+    def _audit(self, step: Step, r: int, keep: dict[str, Table], send: dict[str, Message]) -> None:
+        """Rerun ``step`` on each machine's memory alone; the union must equal the batched result."""
+        kept: dict[str, list] = {}
+        sent: dict[str, list] = {}
         for m in range(self.q):
             local = {k: t.select(t.machine == m) for k, t in self.mem.items()}
-            k_m, s_m = step(RoundContext(ctx.round, ctx.num_machines, ctx.memory, np.array([m])), local)
+            k_m, s_m = step(RoundContext(r, self.q, self.s, np.array([m])), local)
             for name, t in k_m.items():
-                if t is None:
-                    continue
-                if len(t) and np.any(t.machine != m):
-                    raise MPCProtocolError(f"round {ctx.round}: machine {m}'s local step put records of table "
+                if t is not None and np.any(t.machine != m):
+                    raise MPCProtocolError(f"round {r}: machine {m}'s local step put records of table "
                                            f"{name!r} on another machine without a message")
-                per_keep.setdefault(name, []).append(t)
+                if t is not None:
+                    kept.setdefault(name, []).append((t.machine[:, None], t.data))
             for name, msg in s_m.items():
-                if len(msg) and np.any(msg.src != m):
-                    raise MPCProtocolError(f"round {ctx.round}: machine {m} sent messages {name!r} in another "
+                if np.any(msg.src != m):
+                    raise MPCProtocolError(f"round {r}: machine {m} sent messages {name!r} in another "
                                            f"machine's name")
-                per_send.setdefault(name, []).append(msg)
+                sent.setdefault(name, []).append((np.c_[msg.src, msg.dest], msg.data))
+        batched = {("keep", k): [(t.machine[:, None], t.data)] for k, t in keep.items()}
+        batched.update({("send", k): [(np.c_[m.src, m.dest], m.data)] for k, m in send.items()})
+        alone = {("keep", k): v for k, v in kept.items()} | {("send", k): v for k, v in sent.items()}
+        for key in set(batched) | set(alone):
+            a, b = _canon(alone.get(key, [])), _canon(batched.get(key, []))
+            if a.shape != b.shape or not np.allclose(a, b, rtol=self.float_tol, atol=self.float_tol):
+                raise MPCProtocolError(f"round {r}: the step is not local: run machine by machine, table "
+                                       f"{key[1]!r} differs from the batched run")
 
-        def same(name: str, a_keys, a_data, b_keys, b_data) -> None:
-            if len(a_keys) == 0 and len(b_keys) == 0:
-                return
-            ca, cb = _canon(a_data, a_keys), _canon(b_data, b_keys)
-            if ca.shape != cb.shape or not np.allclose(ca, cb, rtol=self.float_tol, atol=self.float_tol):
-                raise MPCProtocolError(f"round {ctx.round}: the step is not local: run machine by machine, "
-                                       f"table {name!r} differs from the batched run")
 
-        for name in set(keep) | set(per_keep):
-            b = keep.get(name)
-            parts = per_keep.get(name, [])
-            pk = np.concatenate([t.machine for t in parts]) if parts else np.zeros(0, np.int64)
-            pd = np.concatenate([t.data for t in parts]) if parts else np.zeros((0, 1))
-            same(name, pk, pd, b.machine if b is not None else np.zeros(0, np.int64),
-                 b.data if b is not None else np.zeros((0, 1)))
-        for name in set(send) | set(per_send):
-            b = send.get(name)
-            parts = per_send.get(name, [])
-            keys = np.concatenate([np.column_stack([p.src, p.dest]) for p in parts]) if parts else np.zeros((0, 2))
-            pd = np.concatenate([p.data for p in parts]) if parts else np.zeros((0, 1))
-            bk = np.column_stack([b.src, b.dest]) if b is not None else np.zeros((0, 2))
-            bd = b.data if b is not None else np.zeros((0, 1))
-            same(name, keys, pd, bk, bd)
+def _canon(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The rows ``[keys | data]`` of all parts in lexicographic order (a multiset of records)."""
+    rows = [np.c_[k.astype(np.float64), d.astype(np.float64)] for k, d in parts if len(k)]
+    if not rows:
+        return np.zeros((0, 0))
+    m = np.concatenate(rows)
+    return m[np.lexsort(m.T[::-1])]
 
 
 def deliver_direct(keep: dict[str, Table], send: dict[str, Message], r: int) -> dict[str, Table]:
     """The simulator's delivery: append each message batch to the table of its name at the destinations."""
     new = dict(keep)
     for name, msg in send.items():
-        if len(msg) == 0 and name not in new:
-            continue
-        t = Table(msg.dest, msg.data)
-        if name in new:
-            old = new[name]
-            if old.width != t.width and len(old) and len(t):
-                raise MPCProtocolError(f"round {r}: message {name!r} has {t.width} words per record but the "
-                                       f"kept table has {old.width}")
-            if len(old) == 0:
-                old = Table(old.machine, np.zeros((0, t.width), dtype=t.data.dtype))
-            if len(t) == 0:
-                t = Table(t.machine, np.zeros((0, old.width), dtype=old.data.dtype))
-            t = Table(np.concatenate([old.machine, t.machine]),
-                      np.concatenate([old.data, t.data.astype(np.result_type(old.data, t.data))]))
-        new[name] = t
+        t, old = Table(msg.dest, msg.data), new.get(name)
+        if old is not None and len(old) and len(t) and old.width != t.width:
+            raise MPCProtocolError(f"round {r}: message {name!r} has {t.width} words per record but the kept "
+                                   f"table has {old.width}")
+        if old is not None and len(old):
+            t = Table(np.r_[old.machine, t.machine], np.concatenate([old.data, t.data])) if len(t) else old
+        if len(t) or name in new:
+            new[name] = t
     return new

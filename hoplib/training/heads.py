@@ -1,20 +1,11 @@
 """What the heads of a trained model attend to, read against a noise floor (Appendix G.4 of the paper).
 
-Appendix G.4 scores every attention head against the ideal map M_j of find^j with a cosine similarity
-(:func:`hoplib.evaluate.alignment_score`) and reads high scores as mechanism: layer-ℓ heads implementing
-find^j with j = O(2^ℓ). A score alone is hard to read, though. On the paper's data (4 letters, no immediate
-repeats) find^j points only a few positions back, so a head that spreads its attention over recent positions
-scores around a third against find^1 without computing anything; layer-1 heads of our models do exactly that,
-although a first-layer head cannot compute find^1 (it needs the previous letter of each key, which only an
-earlier layer can move there).
-
-This module measures that floor. For a pattern that depends on the input (find^j, j >= 1), the floor is the
-score of the head's own attention maps against the pattern of a *different* input of the same batch
-(a derangement of the samples): the head keeps its positional habits, and the link between what it attends
-to and where the pointers go is cut. For a pattern that does not depend on the input ("prev", "start",
-find^0), shuffling changes nothing, and the floor is the score of uniform causal attention, a head that looks
-everywhere equally. A score *clears* its floor when it exceeds it by at least ``min_lift``; only those are
-read as a head doing something.
+A head that spreads its attention over recent positions scores well against find^j (which points only a few
+positions back) without computing anything. The floor of an input-dependent pattern (find^j, j >= 1) is the
+score of the head's own attention against the pattern of a *different* input of the batch (a derangement of
+the samples): it keeps the head's positional habits and cuts the link to the pointers. For a pattern that does
+not depend on the input ("prev", "start", find^0) the floor is the score of uniform causal attention. A score
+*clears* its floor when it exceeds it by at least ``min_lift``.
 """
 
 from __future__ import annotations
@@ -27,22 +18,15 @@ import torch
 import torch.nn as nn
 
 from hoplib._book.device import get_device
-from hoplib._book.validate import check_int
-from hoplib.evaluate import alignment_score, find_pattern
-from hoplib.evaluate import attention_maps as _eval_attention_maps
+from hoplib.evaluate import alignment_score, attention_maps, find_pattern
 from hoplib.tasks import HopTask
-
-
-def pattern_name(j: int | str) -> str:
-    """``"find^j"`` for an int j, else the name itself (``"prev"``, ``"start"``)."""
-    return j if isinstance(j, str) else f"find^{j}"
 
 
 def derangements(n: int, count: int, seed: int = 0) -> list[torch.Tensor]:
     """``count`` random permutations of ``range(n)`` without fixed points (n >= 2), reproducible from ``seed``."""
-    n = check_int("n", n, low=2)
-    count = check_int("count", count, low=1)
-    gen = torch.Generator().manual_seed(check_int("seed", seed, low=0, high=2**32 - 1))
+    if n < 2:  # one sample has no derangement: the loop below would never end
+        raise ValueError(f"n must be >= 2 to derange, got {n}")
+    gen = torch.Generator().manual_seed(seed)
     out = []
     while len(out) < count:
         p = torch.randperm(n, generator=gen)
@@ -53,14 +37,11 @@ def derangements(n: int, count: int, seed: int = 0) -> list[torch.Tensor]:
 
 def uniform_causal(t: int) -> torch.Tensor:
     """The (T, T) attention map of a head that attends equally to every position up to its own."""
-    t = check_int("t", t, low=1)
     m = torch.tril(torch.ones(t, t))
     return m / m.sum(dim=1, keepdim=True)
 
 
 def _as_heads(att: torch.Tensor) -> torch.Tensor:
-    if not isinstance(att, torch.Tensor) or att.ndim not in (3, 4) or att.shape[-1] != att.shape[-2]:
-        raise ValueError("each attention map must be a tensor (B, T, T) or (B, H, T, T)")
     return (att.unsqueeze(1) if att.ndim == 3 else att).float().cpu()
 
 
@@ -74,17 +55,8 @@ def alignment_with_floor(atts: Sequence[torch.Tensor], inputs: torch.Tensor, tas
     ``n_shuffles`` derangements of the sample-averaged shuffled score. Returns ``{"patterns": names,
     "scores": (L, H, P), "floor": (L, H, P)}``, layers and heads in order (layer 1 first).
     """
-    if not isinstance(task, HopTask):
-        raise TypeError(f"task must be a HopTask, got {type(task).__name__}")
-    if not 0.0 < quantile <= 1.0:
-        raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
-    atts = [_as_heads(a) for a in atts]
-    if not atts:
-        raise ValueError("atts must hold at least one layer's attention")
-    x = inputs.cpu()
-    if atts[0].shape[0] != x.shape[0] or atts[0].shape[-1] != x.shape[1]:
-        raise ValueError(f"attention maps {tuple(atts[0].shape)} do not match inputs {tuple(x.shape)}")
-    names = [pattern_name(j) for j in patterns]
+    atts, x = [_as_heads(a) for a in atts], inputs.cpu()
+    names = [j if isinstance(j, str) else f"find^{j}" for j in patterns]
     pats = [find_pattern(x, task, j) for j in patterns]
     perms = derangements(x.shape[0], n_shuffles, seed)
     uniform = uniform_causal(x.shape[1])
@@ -103,28 +75,19 @@ def alignment_with_floor(atts: Sequence[torch.Tensor], inputs: torch.Tensor, tas
     return {"patterns": names, "scores": torch.stack(scores), "floor": torch.stack(floors)}
 
 
-def attention_maps(model: nn.Module, inputs: torch.Tensor) -> list[torch.Tensor]:
-    """:func:`hoplib.evaluate.attention_maps` as float32 (B, H, T, T) tensors on the CPU."""
-    return [_as_heads(a) for a in _eval_attention_maps(model, inputs)]
-
-
 def head_alignment(model: nn.Module, task: HopTask, *, ks: Iterable[int], patterns: Iterable[int | str],
                    n_samples: int = 10, seed: int = 0, n_shuffles: int = 20,
                    device: str | torch.device = "cpu") -> dict[str, Any]:
     """:func:`alignment_with_floor` of ``model`` for each hop count k of ``ks`` (samples of hop_k drawn with
     ``task.sample(n_samples, k=k, seed=seed + k)``, as :func:`hoplib.evaluate.alignment_scores` does).
     Returns ``{"ks", "patterns", "scores": (L, H, K, P), "floor": (L, H, K, P)}``."""
-    n_samples = check_int("n_samples", n_samples, low=2)
-    ks = [check_int("ks[i]", k, low=task.min_hops, high=task.max_hops) for k in ks]
-    if not ks:
-        raise ValueError("ks must name at least one hop count")
-    patterns = list(patterns)
+    ks, patterns = list(ks), list(patterns)
     dev = get_device(device)
     per_k = []
     for k in ks:
         x, _ = task.sample(n_samples, k=k, seed=seed + k, device=dev)
-        per_k.append(alignment_with_floor(attention_maps(model, x), x, task, patterns, n_shuffles=n_shuffles,
-                                          seed=seed + k))
+        atts = [_as_heads(a) for a in attention_maps(model, x)]
+        per_k.append(alignment_with_floor(atts, x, task, patterns, n_shuffles=n_shuffles, seed=seed + k))
     return {"ks": ks, "patterns": per_k[0]["patterns"],
             "scores": torch.stack([a["scores"] for a in per_k], dim=2),
             "floor": torch.stack([a["floor"] for a in per_k], dim=2)}
@@ -134,10 +97,6 @@ def cleared(table: dict[str, Any], min_lift: float = 0.1) -> dict[str, Any]:
     """For every (layer, head, k): the pattern with the largest lift (score minus floor) among those that clear
     their floor by at least ``min_lift``, or none. Returns ``{"best": long (L, H, K), -1 where nothing clears;
     "lift": (L, H, K); "score": (L, H, K)}`` beside the inputs' ``ks`` and ``patterns``."""
-    if not isinstance(table, dict) or not {"scores", "floor", "patterns", "ks"} <= set(table):
-        raise TypeError("table must be the dict returned by head_alignment")
-    if isinstance(min_lift, bool) or not isinstance(min_lift, (int, float)) or not 0 <= min_lift < 1:
-        raise ValueError(f"min_lift must be a number in [0, 1), got {min_lift!r}")
     lift = table["scores"] - table["floor"]
     masked = torch.where(lift >= min_lift, lift, torch.full_like(lift, -np.inf))
     top, best = masked.max(dim=-1)
@@ -152,11 +111,7 @@ def content_summary(table: dict[str, Any]) -> list[dict[str, Any]]:
     """Per layer (1-based): the highest score against an input-dependent pattern (find^j, j >= 1) over heads
     and k, the floor of that same cell, and the largest lift (score minus floor) of any such cell. A score that
     sits on its floor is what a head scores by its positional habits alone."""
-    if not isinstance(table, dict) or not {"scores", "floor", "patterns", "ks"} <= set(table):
-        raise TypeError("table must be the dict returned by head_alignment")
     idx = [i for i, n in enumerate(table["patterns"]) if n.startswith("find^") and n != "find^0"]
-    if not idx:
-        raise ValueError("table scores no find^j with j >= 1")
     out = []
     for layer in range(table["scores"].shape[0]):
         s, f = table["scores"][layer][..., idx], table["floor"][layer][..., idx]
@@ -168,8 +123,6 @@ def content_summary(table: dict[str, Any]) -> list[dict[str, Any]]:
 
 def roles(reading: dict[str, Any]) -> dict[tuple[int, int], dict[str, list[int]]]:
     """``{(layer, head): {pattern: [k, ...]}}`` (1-based layer and head) of the cells of :func:`cleared`."""
-    if not isinstance(reading, dict) or not {"best", "patterns", "ks"} <= set(reading):
-        raise TypeError("reading must be the dict returned by cleared")
     names, ks, best = reading["patterns"], reading["ks"], reading["best"]
     out: dict[tuple[int, int], dict[str, list[int]]] = {}
     for layer in range(best.shape[0]):
@@ -188,8 +141,6 @@ def plot_cleared(reading: dict[str, Any], ax=None, *, title: str = ""):
     score, and stays blank where no pattern clears its floor. Returns the axes."""
     import matplotlib.pyplot as plt
 
-    if not isinstance(reading, dict) or not {"best", "score", "patterns", "ks"} <= set(reading):
-        raise TypeError("reading must be the dict returned by cleared")
     names, ks, best = reading["patterns"], reading["ks"], reading["best"].numpy()
     n_layers, n_heads, n_k = best.shape
     palette = plt.get_cmap("tab10")

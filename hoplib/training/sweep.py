@@ -1,52 +1,34 @@
-"""Sweeps over the paper's grid (Section 4.2, Appendix G): depth x width x n_train x seed, resumable.
+"""Sweeps over the paper's grid (Section 4.2, Appendix G), resumable, and the stored sweeps read back.
 
-Every run lives in its own folder ``<out>/<name>`` (``L3_m128_H4_ninf_s0``) with the files of
-:func:`hoplib.train.train_run`: a run whose ``results.json`` is finished for the same configuration is skipped,
-an interrupted one resumes from its checkpoint, and one that diverges is recorded as such (``diverged: true``)
-while the sweep goes on. :func:`collect` gathers the complete runs into one tidy table; :func:`run_status`
-says which runs are complete, diverged, unfinished or missing.
-
-Named grids (:data:`GRIDS`, :func:`grid`), each defined only here:
-
-* ``quick``: CPU, a minute or two in all: N = 16, k <= 2, 1000 steps, m = 64, depths 1, 2, 3, which is
-  enough for each extra layer to solve one more k. Run live by the chapter.
-* ``small``: CPU, about 10-15 minutes on one core: the width and sample-size axes of Appendix G.3 and G.5 at
-  small scale. N = 32, k <= 4, 2000 steps, depths 2 and 3; (m, H) in {(16, 1), (32, 2), (64, 4)} (heads grow
-  with width, head size 16, as the paper's (128, 4) -> (256, 8)) with fresh samples, and n_train in {250, 1000}
-  for (64, 4).
-* ``medium``: CPU, about an hour on one core: N = 64, k <= 8, 4000 steps, m = 64, depths 2..5, seeds 0 and 1.
-* ``paper``: the authors' grid for a GPU: L = 2..6, (m, H) in {(128, 4), (256, 8)}, n_train in {1000, 3000,
-  infinite}, N = 100, k <= 16, 100k steps, their head (LayerNorm output as logits) and dropout 0.1.
-
-With ``ensemble=True`` all unfinished runs of one architecture are trained together as one
-:class:`hoplib.models.GPTEnsemble` (:func:`hoplib.train.fit_ensemble`): on a GPU, small models are bound by
-kernel launches, and E stacked models cost about as many launches as one. Each run still gets its own folder,
-``results.json`` and ``model.pt``; the group's checkpoint lives in ``<out>/_ensembles/<arch>/``.
-For the paper grid on one GPU: 10 architecture groups (3 regimes stacked for m = 128, 1 run for m = 256);
-start several processes with ``--ensemble --shard i/n`` so that groups also run side by side.
+Each run lives in ``<out>/<run_name>`` with the files of :func:`hoplib.train.train_run`: finished runs are
+skipped, interrupted ones resumed, diverged ones recorded. :data:`GRIDS`: ``quick`` (CPU, a minute; trained
+live), ``small`` (CPU, 10-15 minutes: the width and sample-size axes of Appendix G.3 and G.5), ``medium``
+(CPU, about an hour: depths 2..5, two seeds) and ``paper`` (the authors' grid, for a GPU, where
+``ensemble=True`` trains the runs of one architecture together as one :class:`hoplib.models.GPTEnsemble`).
+The command line is ``scripts/run_training.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
+import html
 import itertools
 import json
-import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hoplib._book.cli import run_cli
+from hoplib import report
 from hoplib._book.device import get_device
 from hoplib._book.provenance import atomic_write_text
-from hoplib._book.validate import check_choice
+from hoplib._book.results import Stored, load_stored, results_dir
+from hoplib.report import ErrorRecord
+from hoplib.tasks import HopTask
 from hoplib.train import (
     DivergedError,
-    OneLineErrorParser,
     RunConfig,
     finished_results,
     fit_ensemble,
@@ -59,24 +41,21 @@ from hoplib.train import (
 
 @dataclass(frozen=True)
 class Grid:
-    """A sweep: the product depths x widths x n_trains x seeds; ``settings`` (flat :class:`RunConfig` settings,
-    e.g. ``seq_len``, ``steps``, ``lr``) are shared by every run."""
+    """The product depths x widths x n_trains x seeds; ``settings`` (flat :class:`RunConfig` settings such as
+    ``seq_len``, ``steps``, ``lr``) are shared by every run; ``exclude`` leaves (d_model, n_train) pairs out."""
 
     depths: tuple[int, ...]
     widths: tuple[tuple[int, int], ...]  # (d_model, heads)
     n_trains: tuple[int | None, ...] = (None,)
     seeds: tuple[int, ...] = (0,)
     settings: dict[str, Any] = field(default_factory=dict)
-    exclude: tuple[tuple[int, int | None], ...] = ()  # (d_model, n_train) pairs left out
+    exclude: tuple[tuple[int, int | None], ...] = ()
 
     def configs(self) -> list[RunConfig]:
         """One :class:`hoplib.train.RunConfig` per grid point, in a fixed order (width, n_train, seed, depth)."""
-        out = []
-        for (m, h), n, s, depth in itertools.product(self.widths, self.n_trains, self.seeds, self.depths):
-            if (m, n) in self.exclude:
-                continue
-            out.append(RunConfig.from_dict(dict(self.settings, depth=depth, d_model=m, heads=h, n_train=n, seed=s)))
-        return out
+        return [RunConfig.from_dict(dict(self.settings, depth=d, d_model=m, heads=h, n_train=n, seed=s))
+                for (m, h), n, s, d in itertools.product(self.widths, self.n_trains, self.seeds, self.depths)
+                if (m, n) not in self.exclude]
 
 
 GRIDS: dict[str, Grid] = {
@@ -95,47 +74,37 @@ GRIDS: dict[str, Grid] = {
 
 
 def grid(name: str) -> Grid:
-    """The named grid ``"quick"``, ``"small"``, ``"medium"`` or ``"paper"`` of :data:`GRIDS` (module doc)."""
-    return GRIDS[check_choice("name", name, tuple(GRIDS))]
+    """The named grid of :data:`GRIDS`."""
+    return GRIDS[name]
 
 
 def run_name(config: RunConfig) -> str:
     """Folder name of a run, e.g. ``L3_m128_H4_ninf_s0``."""
-    if not isinstance(config, RunConfig):
-        raise TypeError(f"config must be a hoplib.train.RunConfig, got {type(config).__name__}")
     n = "inf" if config.train.n_train is None else str(config.train.n_train)
     return f"L{config.depth}_m{config.d_model}_H{config.heads}_n{n}_s{config.train.seed}"
 
 
-def _check_shard(shard: object) -> tuple[int, int]:
-    if (not isinstance(shard, tuple) or len(shard) != 2 or not all(type(v) is int for v in shard)
-            or not 0 <= shard[0] < shard[1]):
-        raise ValueError(f"shard must be a pair (i, n) of ints with 0 <= i < n, got {shard!r}")
-    return shard
-
-
+# --------------------------------------------------------------------------- training a grid
 def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device = "auto", progress: bool = True,
               ensemble: bool = False, checkpoint_every: int = 1000, compile: bool = False,
-              shard: tuple[int, int] = (0, 1)) -> list[dict[str, Any]]:
-    """Train every run of ``grid`` (a :class:`Grid` or the name of one in :data:`GRIDS`) under ``out``; write
-    and return :func:`collect`'s table of the complete runs.
+              shard: tuple[int, int] = (0, 1), seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+    """Train every run of ``grid`` (a :class:`Grid` or a name of :data:`GRIDS`, with ``seeds`` if given)
+    under ``out``; write and return :func:`collect`'s table of the complete runs.
 
-    Finished runs are skipped and interrupted ones resumed, so calling it again after a crash continues; a run
-    that diverges is recorded (``diverged: true``), warned about, and left out of the table.
-    ``shard=(i, n)`` trains only every n-th unit of work (run, or architecture group with ``ensemble``)
-    starting at i, so n processes (on one GPU, or several) can share a grid; each writes its own run folders.
-    """
-    shard = _check_shard(shard)
-    grid = GRIDS[check_choice("grid", grid, tuple(GRIDS))] if isinstance(grid, str) else grid
-    if not isinstance(grid, Grid):
-        raise TypeError(f"grid must be a Grid or one of {tuple(GRIDS)}, got {type(grid).__name__}")
-    out = Path(out)
-    configs = grid.configs()
+    Finished runs are skipped and interrupted ones resumed; a run that diverges is recorded, warned about and
+    left out of the table. ``shard=(i, n)`` trains every n-th unit of work (run, or architecture group with
+    ``ensemble``) from i, so n processes can share a grid."""
+    g = GRIDS[grid] if isinstance(grid, str) else grid
+    g = g if seeds is None else replace(g, seeds=tuple(seeds))
+    i, n = shard
+    if not 0 <= i < n:
+        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
+    out, configs = Path(out), g.configs()
     if ensemble:  # units of work are architecture groups, in a fixed order shared by every shard
-        archs = list(dict.fromkeys(_arch(c) for c in configs))[shard[0]::shard[1]]
+        archs = list(dict.fromkeys(_arch(c) for c in configs))[i::n]
         mine = [c for c in configs if _arch(c) in archs]
     else:
-        mine = configs[shard[0]::shard[1]]
+        mine = configs[i::n]
     todo = [c for c in mine if finished_results(out / run_name(c), c) is None]
     kw = dict(device=device, progress=progress, checkpoint_every=checkpoint_every, compile=compile)
     if ensemble and todo:
@@ -149,7 +118,6 @@ def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device =
 
 
 def _train_one(config: RunConfig, out: Path, **kw: Any) -> None:
-    """:func:`hoplib.train.train_run` of one run; a divergence is warned about (and recorded by train_run)."""
     try:
         train_run(config, out / run_name(config), **kw)
     except DivergedError as exc:
@@ -161,33 +129,30 @@ def _arch(config: RunConfig) -> tuple:
     return tuple(sorted(config.replace(n_train=None, seed=0).to_dict().items()))
 
 
-def _run_ensembles(todo: list[RunConfig], out: Path, *, device, progress: bool, checkpoint_every: int,
-                   compile: bool) -> None:
+def _run_ensembles(todo: list[RunConfig], out: Path, *, device, **kw: Any) -> None:
     dev = get_device(device)
     groups: dict[tuple, list[RunConfig]] = {}
     for c in todo:
         groups.setdefault(_arch(c), []).append(c)
-    kw = dict(device=dev, progress=progress, checkpoint_every=checkpoint_every, compile=compile)
     for configs in groups.values():
         c0 = configs[0]
-        if len(configs) == 1:  # a group of one: a plain run (the same computation, its checkpoint in its folder)
-            _train_one(c0, out, **kw)
+        if len(configs) == 1:  # a group of one: a plain run
+            _train_one(c0, out, device=dev, **kw)
             continue
-        task = c0.task
-        models = [c.init_model(dev) for c in configs]
         tag = f"L{c0.depth}_m{c0.d_model}_H{c0.heads}_" + "-".join(run_name(c) for c in configs)
         ck = out / "_ensembles" / hashlib.sha1(tag.encode()).hexdigest()[:12] / "checkpoint.pt"
         try:
-            trained, hists = fit_ensemble(models, task, [c.train for c in configs], checkpoint=ck, **kw)
+            trained, hists = fit_ensemble([c.init_model(dev) for c in configs], c0.task, [c.train for c in configs],
+                                          checkpoint=ck, device=dev, **kw)
         except DivergedError as exc:  # find out which models diverge: train the group's runs one by one
             warnings.warn(f"an ensemble of {len(configs)} runs diverged ({exc}); training them one by one",
                           RuntimeWarning, stacklevel=2)
             for c in configs:
-                _train_one(c, out, **kw)
+                _train_one(c, out, device=dev, **kw)
             continue
         for c, model, hist in zip(configs, trained, hists, strict=True):
-            rec = results_record(model, task, hist, c, dev, command=f"hoplib.training.sweep ensemble of {len(configs)}",
-                                 ensemble_size=len(configs))
+            rec = results_record(model, c0.task, hist, c, dev, ensemble_size=len(configs),
+                                 command=f"hoplib.training.sweep ensemble of {len(configs)}")
             write_run(out / run_name(c), model, rec)
 
 
@@ -198,8 +163,8 @@ def _paths(out: Path, configs: list[RunConfig] | None) -> list[Path]:
 
 
 def run_status(out: str | Path, configs: list[RunConfig] | None = None) -> dict[str, str]:
-    """``{run folder name: "complete" | "diverged" | "unfinished" | "missing"}`` for ``configs`` (default:
-    every run folder under ``out`` with a results.json). ``ValueError`` naming a file that is not a run record."""
+    """``{run folder: "complete" | "diverged" | "unfinished" | "missing"}`` for ``configs`` (default: every
+    run folder under ``out`` with a results.json)."""
     status = {}
     for path in _paths(Path(out), configs):
         if not path.exists():
@@ -211,94 +176,106 @@ def run_status(out: str | Path, configs: list[RunConfig] | None = None) -> dict[
     return status
 
 
-def _rows(path: Path, rec: dict[str, Any]) -> list[dict[str, Any]]:
-    try:
-        c = RunConfig.from_dict(rec["config"])
-        labels = {"run": path.parent.name, "depth": c.depth, "d_model": c.d_model, "heads": c.heads,
-                  "n_train": c.train.n_train, "seed": c.train.seed, "steps": c.train.steps}
-        return [{**labels, "k": int(k), "metric": metric, "error": float(e)}
-                for metric, key in (("paper", "per_k_error"), ("pooled", "per_k_error_pooled"))
-                for k, e in rec[key].items()]
-    except KeyError as exc:
-        raise ValueError(f"{path}: a complete run record lacks {exc}") from exc
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"{path}: malformed run record ({exc})") from exc
+def rows(run: str, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tidy rows of one complete run record: one per (k, metric)."""
+    c = rec["config"]
+    labels = {"run": run, "depth": c["depth"], "d_model": c["d_model"], "heads": c["heads"],
+              "n_train": c.get("n_train"), "seed": c.get("seed", 0), "steps": c["steps"]}
+    return [{**labels, "k": int(k), "metric": metric, "error": float(e)}
+            for metric, key in (("paper", "per_k_error"), ("pooled", "per_k_error_pooled"))
+            for k, e in rec[key].items()]
 
 
 def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dict[str, Any]]:
-    """Tidy table of every complete run under ``out`` (or of ``configs`` only): one row per (run, k, metric).
-
-    Runs that diverged or are unfinished are left out (see :func:`run_status`); a results.json that is not a
-    valid run record raises ``ValueError`` naming the file and what is wrong."""
-    rows = []
+    """Tidy table of every complete run under ``out`` (or of ``configs`` only): one row per (run, k, metric);
+    a results.json that is not a run record raises ``ValueError`` naming the file."""
+    table = []
     for path in _paths(Path(out), configs):
-        if path.exists():
-            rec = read_record(path)
-            if rec.get("complete"):
-                rows += _rows(path, rec)
-    return rows
+        if path.exists() and (rec := read_record(path)).get("complete"):
+            try:
+                table += rows(path.parent.name, rec)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise ValueError(f"{path}: malformed run record ({exc!r})") from exc
+    return table
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
-    """``(model, record)`` of a complete run folder: the :class:`hoplib.models.GPT` with its final weights
-    (``model.pt``, loaded with ``weights_only=True``) and the ``results.json`` record."""
+    """``(model, record)`` of a complete run folder: the GPT with its final weights (``model.pt``, loaded with
+    ``weights_only=True``) and the ``results.json`` record."""
     from hoplib.models import GPT, GPTConfig
 
     run_dir = Path(run_dir)
     rec = read_record(run_dir / "results.json")
     if not rec.get("complete"):
-        why = "it diverged: " + str(rec.get("error")) if rec.get("diverged") else "it is unfinished"
-        raise ValueError(f"{run_dir} holds no trained model ({why})")
-    cfg = {k: v for k, v in rec["model"].items() if k != "parameters"}
-    model = GPT(GPTConfig(**cfg))
+        raise ValueError(f"{run_dir} holds no trained model ({rec.get('error') or 'unfinished'})")
+    model = GPT(GPTConfig(**{k: v for k, v in rec["model"].items() if k != "parameters"}))
     try:
-        state = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
-    except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"{run_dir / 'model.pt'} is missing, corrupt or does not match results.json: {exc}") from exc
+        model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds of errors for a damaged file
+        raise ValueError(f"{run_dir / 'model.pt'} is missing, corrupt or does not match results.json") from exc
     return model.to(get_device(device)).eval(), rec
 
 
-def _parse_shard(p: argparse.ArgumentParser, text: str) -> tuple[int, int]:
-    try:
-        i, n = (int(v) for v in text.split("/"))
-    except ValueError:
-        p.error(f"--shard must look like i/n, got {text!r}")
-    if not 0 <= i < n:
-        p.error(f"--shard i/n needs 0 <= i < n, got {text!r}")
-    return i, n
+# --------------------------------------------------------------------------- stored sweeps
+AUTHORS_FILE = "training/authors-errors.json"
+"""The authors' published errors: their repository's ``local/errors.json`` (pooled metric), copied unchanged."""
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    """Entry point of ``python -m hoplib.training.sweep``: run a named grid, resumably; returns the table
-    (and exits with status 1, after one line on stderr, if some runs of the grid diverged)."""
-    p = OneLineErrorParser(prog="python -m hoplib.training.sweep", description="Run a named grid, resumably.")
-    p.add_argument("--grid", choices=tuple(GRIDS), required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    p.add_argument("--ensemble", action="store_true", help="train runs of one architecture together (GPU)")
-    p.add_argument("--checkpoint-every", type=int, default=1000)
-    p.add_argument("--compile", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--shard", default="0/1", help="i/n: train only the i-th of n interleaved parts of the grid")
-    a = p.parse_args(argv)
-    shard = _parse_shard(p, a.shard)
-    if a.checkpoint_every < 1:
-        p.error(f"--checkpoint-every must be >= 1, got {a.checkpoint_every}")
-    table = run_sweep(a.grid, a.out, device=a.device, progress=not a.no_progress, ensemble=a.ensemble,
-                      checkpoint_every=a.checkpoint_every, compile=a.compile, shard=shard)
-    diverged = [name for name, s in run_status(a.out, grid(a.grid).configs()).items() if s == "diverged"]
-    if diverged:
-        print(f"error: {len(diverged)} run(s) diverged: {', '.join(diverged)} (see their results.json)",
-              file=sys.stderr)
-        raise SystemExit(1)
-    return table
+@dataclass(frozen=True)
+class StoredSweep:
+    """The finished runs of a stored sweep ``results/training/<name>/`` (``missing``: runs not stored)."""
+
+    name: str
+    runs: tuple[Stored, ...]
+    missing: tuple[str, ...]
+
+    @property
+    def configs(self) -> list[dict[str, Any]]:
+        return [s.record["config"] for s in self.runs]
+
+    @property
+    def task(self) -> HopTask:
+        return RunConfig.from_dict(self.configs[0]).task
+
+    def table(self) -> list[dict[str, Any]]:
+        """One tidy row per (run, k, metric) (:func:`rows`)."""
+        return [r for s in self.runs for r in rows(s.path.parent.name, s.record)]
+
+    def records(self, n_train: int | None | str = None, metric: str = "paper") -> list[ErrorRecord]:
+        """The errors of one training-set size (None: fresh samples) in one metric, as records."""
+        return [r for r in report.records_from_table(self.table(), n_train=n_train) if r.metric == metric]
+
+    def wall_time_s(self) -> float:
+        return float(sum(s.record["provenance"].get("wall_time_s", 0.0) for s in self.runs))
+
+    def provenance_html(self) -> str:
+        """One collapsed ``<details>`` block: the sweep's folder and one provenance line per run."""
+        lines = "".join(f"<li><code>{html.escape(s.path.parent.name)}</code>: {html.escape(s.origin)}</li>"
+                        for s in self.runs)
+        gone = f"<p>not stored yet: {html.escape(', '.join(self.missing))}</p>" if self.missing else ""
+        return (f"<details><summary>Provenance: {len(self.runs)} stored runs in "
+                f"<code>results/training/{html.escape(self.name)}/</code></summary><ul>{lines}</ul>{gone}</details>")
 
 
-def cli(argv: list[str] | None = None) -> int:
-    """:func:`main` with one-line errors: exit 2 for a user error, 1 if some runs of the grid diverged."""
-    return run_cli(main, argv)
+def load_stored_sweep(name: str) -> StoredSweep:
+    """Every run of the named grid stored under ``results/training/<name>/`` (missing runs are listed)."""
+    runs, missing = [], []
+    for c in grid(name).configs():
+        stored = load_stored(f"training/{name}/{run_name(c)}/results.json", required=False)
+        if stored is None or not stored.record.get("complete"):
+            missing.append(run_name(c))
+        else:
+            runs.append(stored)
+    if not runs:
+        raise ValueError(f"no finished run of the {name!r} sweep is stored under results/training/{name}/")
+    return StoredSweep(name, tuple(runs), tuple(missing))
 
 
-if __name__ == "__main__":
-    sys.exit(cli())
+def load_stored_model(name: str, run: str, device: str | torch.device = "cpu"):
+    """``(model, record)`` of the stored run ``results/training/<name>/<run>/``."""
+    return load_run(results_dir() / "training" / name / run, device=device)
+
+
+def published(heads: int = 4, n_train: int | None = None) -> list[ErrorRecord]:
+    """The authors' published errors (pooled metric): m = 128 (``heads=4``) or 256 (``8``), one n_train."""
+    return report.authors_records(load_stored(AUTHORS_FILE).record, heads=heads, n_train=n_train)

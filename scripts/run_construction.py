@@ -1,0 +1,61 @@
+"""Regenerate the construction chapter's stored runs (read by chapters/stored_runs/construction.md).
+
+    python scripts/run_construction.py search --out results/construction/paper/pointer_search.json
+    python scripts/run_construction.py precision --out results/construction/paper/precision.json
+
+``search``: the exhaustive pointer-program search to depth 4 (CPU, under a minute). ``precision``: the
+smallest exact inverse temperature of the hand-built hop_2 model for N up to 16384, float32 and float64
+(CPU, about five minutes); the file is rewritten after every N, so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from hoplib._book.provenance import save_results
+from hoplib.construction import precision_study
+from hoplib.construction.pointer_programs import search_programs
+from hoplib.sweep import add_run_options, run_device
+
+NS = "64,128,256,512,1024,2048,4096,8192,16384"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["precision", "search"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--ns", default=NS, help="precision: sequence lengths N, comma-separated")
+    parser.add_argument("--k", type=int, default=2, help="precision: the model's hop count")
+    parser.add_argument("--total-letters", type=int, default=4096, help="precision: letters per N")
+    parser.add_argument("--max-layers", type=int, default=4, help="search: the deepest programs")
+    add_run_options(parser, seed_help="seed of the data")
+    args = parser.parse_args(argv)
+    device = run_device(args)
+    if args.out.exists() and not args.overwrite:
+        raise SystemExit(f"{args.out} exists; pass --overwrite to replace it")
+    t0 = time.time()
+    if args.what == "search":
+        ks = list(range(1, 9))
+        res = search_programs(args.max_layers, ks=ks, n_seq=24, n=20, seed=args.seed)
+        data = {"found": {str(d): sorted(v) for d, v in res.found.items()},
+                "n_programs": {str(d): v for d, v in res.n_programs.items()},
+                "n_states": {str(d): v for d, v in res.n_states.items()},
+                "witnesses": {f"L={d},k={kk}": w for (d, kk), w in res.witnesses.items()}}
+        params = {"max_layers": args.max_layers, "ks": ks, "n_seq": 24, "n": 20, "alphabet_size": 4,
+                  "max_shift": 3, "seed": args.seed}
+        save_results(args.out, data, params, "cpu", time.time() - t0)
+        return
+    ns = [int(v) for v in args.ns.split(",")]
+    params = {"ns": ns, "k": args.k, "alphabet_size": 4, "total_letters": args.total_letters,
+              "seed": args.seed, "hi": 300.0, "rel_tol": 0.05}
+    data = []
+    for n in ns:
+        data += precision_study([n], k=args.k, total_letters=args.total_letters, seed=args.seed,
+                                device=device, hi=300.0, rel_tol=0.05)
+        save_results(args.out, data, params, device, time.time() - t0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Train the RNN chapter's stored sweeps (its appendix section reads them); nothing here runs in the book.
+
+    python scripts/run_rnn.py --part training --workers 2 --out results   # every family, depths 1-4, k <= 4
+    python scripts/run_rnn.py --part matched --workers 2 --out results    # GRU, LSTM at the training chapter's
+                                                                          # medium task and recipe
+    python scripts/run_rnn.py --part alphabet --workers 2 --out results   # k = 1, growing alphabet
+
+writes ``<out>/rnn/<profile>/<part>[_seed<s>].json`` (a ``.partial.json`` beside it keeps the models finished
+so far). ``--profile paper`` is the GPU-scale grid, not run for the book.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from pathlib import Path
+from typing import Any
+
+from hoplib.lower_bounds import sweep
+from hoplib.sweep import add_run_options, executor_from_args, map_points, run_device, run_sweep
+from hoplib.tasks import HopTask
+
+HEADS = 4
+
+
+def matched_settings(grid: str, kinds: list[str], depths: list[int]) -> dict[str, Any]:
+    """The task and recipe of the training chapter's grid ``grid`` (N, k, steps, learning rate, warm-up,
+    width, heads, test samples) for ``kinds`` at ``depths``: the tuning effort of its stored transformers."""
+    from hoplib.training.sweep import GRIDS
+
+    g = GRIDS[grid]
+    s = g.settings
+    return {"seq_len": s["seq_len"], "max_hops": s["max_hops"], "kinds": list(kinds), "depths": list(depths),
+            "widths": [g.widths[0][0]], "heads": g.widths[0][1], "steps": s["steps"], "lrs": [s["lr"]],
+            "warmup_steps": s["warmup_steps"], "n_samples": s["eval_samples"], "grid": grid}
+
+
+PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}}
+    "cpu": {"training": {"seq_len": 32, "max_hops": 4, "kinds": ["gru", "lstm", "mamba", "transformer"],
+                         "depths": [1, 2, 3, 4], "widths": [64], "steps": 4000, "lrs": [1e-3, 3e-3],
+                         "warmup_steps": 100, "n_samples": 200},
+            "matched": matched_settings("medium", ["gru", "lstm"], [1, 2, 3, 4, 5, 6]),
+            "alphabet": {"alphabets": [4, 8, 16, 32], "kinds": ["gru", "lstm", "mamba", "transformer"],
+                         "depth": 2, "widths": [16, 32, 64], "lrs": [1e-3, 3e-3], "steps": 2000,
+                         "batch_size": 32, "warmup_steps": 100, "heads": HEADS, "n_samples": 200}},
+    "paper": {"training": {"seq_len": 100, "max_hops": 16, "kinds": ["gru", "lstm", "mamba", "transformer"],
+                           "depths": [1, 2, 3, 4, 5, 6], "widths": [64, 128], "steps": 20_000,
+                           "lrs": [3e-4, 1e-3], "warmup_steps": 1000, "n_samples": 100},
+              "matched": matched_settings("paper", ["gru", "lstm", "mamba"], list(range(1, 9))),
+              "alphabet": {"alphabets": [4, 8, 16, 32, 64, 128], "kinds": ["gru", "lstm", "mamba", "transformer"],
+                           "depth": 2, "widths": [16, 32, 64, 128, 256], "lrs": [3e-4, 1e-3, 3e-3],
+                           "steps": 20_000, "batch_size": 64, "warmup_steps": 1000, "heads": HEADS,
+                           "n_samples": 500}},
+}
+
+
+def alphabet_points(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """Alphabet, family, width, learning rate, in that order of nesting."""
+    return [{"alphabet_size": a, "seq_len": 2 * a + 32, "kind": kind, "d_model": w, "depth": s["depth"], "lr": lr}
+            for a in s["alphabets"] for kind in s["kinds"] for w in s["widths"] for lr in s["lrs"]]
+
+
+def alphabet_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """The points and the job of the alphabet part."""
+    return alphabet_points(s), functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+
+
+def alphabet_run(s: dict[str, Any], *, seed: int, device: str, workers: int) -> list[dict]:
+    points, job = alphabet_sweep(s, seed=seed, device=device)
+    return map_points(job, points, workers=workers, device=device)
+
+
+def depth_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """The points and the job of a depth part (training, matched)."""
+    task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
+    make_build = functools.partial(sweep.recurrent_builder, heads=s.get("heads", HEADS))
+    return sweep.grid_points(s), sweep.point_job(task, make_build, s, seed=seed, device=device)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
+    p.add_argument("--part", default="training", choices=("training", "matched", "alphabet"))
+    p.add_argument("--out", required=True, help="results root")
+    add_run_options(p, seed_help="seeds other than 0 add _seed<seed> to the file name")
+    args = p.parse_args(argv)
+    device = run_device(args)
+    s = dict(PROFILES[args.profile][args.part])
+    path = Path(args.out) / "rnn" / args.profile / (args.part + (f"_seed{args.seed}" if args.seed else "") + ".json")
+    params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed}
+    if args.part != "alphabet":
+        params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
+    points, job = (alphabet_sweep if args.part == "alphabet" else depth_sweep)(s, seed=args.seed, device=device)
+    run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
+              executor=executor_from_args(args))
+    return path
+
+
+if __name__ == "__main__":
+    main()

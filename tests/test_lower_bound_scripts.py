@@ -1,0 +1,90 @@
+"""Tests of scripts/run_rnn.py and scripts/run_efficient_attention.py, which regenerate the stored runs of the
+RNN and efficient-attention chapters, and of the alphabet sweep they share (hoplib.lower_bounds.sweep)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"alphabets": [4, 8], "kinds": ["gru", "transformer"], "depth": 1, "widths": [8], "lrs": [3e-3],
+        "steps": 3, "batch_size": 4, "warmup_steps": 1, "heads": 2, "n_samples": 4}
+
+
+def _script(name: str):
+    sys.path.insert(0, str(ROOT / "scripts"))  # run_efficient_attention imports run_rnn
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def _stored(chapter: str, name: str) -> dict:
+    return json.loads((ROOT / "results" / chapter / "cpu" / f"{name}.json").read_text())["parameters"]
+
+
+@pytest.mark.parametrize("chapter, name, part, changes", [
+    ("rnn", "training", "training", {}), ("rnn", "matched", "matched", {}), ("rnn", "alphabet", "alphabet", {}),
+    ("efficient_attention", "matched", "matched", {}), ("efficient_attention", "features", "features", {}),
+    ("efficient_attention", "alphabet", "alphabet", {}),
+    ("efficient_attention", "alphabet_seed1", "alphabet", {"alphabets": [16]}),
+    ("efficient_attention", "alphabet_steps4000_a16", "alphabet", {"alphabets": [16], "steps": 4000}),
+    ("efficient_attention", "alphabet_steps4000_a32", "alphabet", {"alphabets": [32], "steps": 4000}),
+])
+def test_stored_runs_were_made_with_the_scripts_cpu_settings(chapter, name, part, changes):
+    params = _stored(chapter, name)
+    settings = {**_script(f"run_{chapter}").PROFILES["cpu"][part], **changes}
+    assert {key: params[key] for key in settings} == json.loads(json.dumps(settings))
+
+
+def test_alphabet_sweep_records_every_point_in_order_and_workers_do_not_change_results():
+    run_rnn = _script("run_rnn")
+    one = run_rnn.alphabet_run(TINY, seed=1, device="cpu", workers=1)
+    assert [(r["alphabet_size"], r["kind"], r["seq_len"]) for r in one] == \
+        [(a, kind, 2 * a + 32) for a in (4, 8) for kind in ("gru", "transformer")]
+    assert all(0.0 <= r["error"] <= 1.0 and r["params"] > 0 for r in one)
+    assert all((r["state_bits"] > 0) == (r["kind"] != "transformer") for r in one)
+    again = run_rnn.alphabet_run(TINY, seed=1, device="cpu", workers=2)
+    assert [r["error"] for r in again] == [r["error"] for r in one]
+
+
+def test_matched_settings_follow_the_training_grid():
+    from hoplib.training.sweep import GRIDS
+
+    matched = _script("run_rnn").matched_settings("medium", ["gru"], [1, 2])
+    grid = GRIDS["medium"]
+    assert (matched["seq_len"], matched["steps"], matched["lrs"], matched["warmup_steps"]) == (
+        grid.settings["seq_len"], grid.settings["steps"], [grid.settings["lr"]], grid.settings["warmup_steps"])
+    assert matched["widths"] == [grid.widths[0][0]] and matched["heads"] == grid.widths[0][1]
+
+
+def test_the_attention_alphabet_sweep_builds_performer_and_longformer_models():
+    from hoplib.lower_bounds import sweep
+
+    settings = {**TINY, "n_features": 4, "window": 2, "global_every": None}
+    for kind in ("softmax", "performer", "longformer"):
+        point = {"alphabet_size": 4, "seq_len": 40, "kind": kind, "d_model": 8, "depth": 1, "lr": 3e-3}
+        rec = sweep.alphabet_point(0, point, settings)
+        assert rec["state_bits"] == 0 and 0.0 <= rec["error"] <= 1.0
+
+
+def test_a_control_run_names_its_steps_and_alphabets_and_never_overwrites(tmp_path, monkeypatch):
+    from hoplib._book.provenance import load_results
+
+    script = _script("run_efficient_attention")
+    monkeypatch.setitem(script.PROFILES["cpu"], "alphabet", {**TINY, "kinds": ["longformer"], "n_features": None,
+                                                             "window": 2, "global_every": None})
+    path = script.main(["--out", str(tmp_path), "--part", "alphabet", "--alphabets", "8", "--steps", "2"])
+    assert path.name == "alphabet_steps2_a8.json"
+    stored = load_results(path)
+    assert stored["parameters"]["steps"] == 2 and stored["parameters"]["alphabets"] == [8]
+    assert {r["alphabet_size"] for r in stored["data"]} == {8}
+    with pytest.raises(ValueError, match="exists"):
+        script.main(["--out", str(tmp_path), "--part", "alphabet", "--alphabets", "8", "--steps", "2"])
