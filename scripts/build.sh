@@ -6,13 +6,14 @@
 # ?? references, figures without captions).
 #
 # Execution results are cached in _build/.jupyter_cache (a page re-executes when its code cells change). The
-# cache does not see edits to hoplib or results/, so it is dropped whenever those change.
+# cache does not see edits to hoplib or results/, so it is dropped (with Sphinx's saved pages) whenever those
+# change.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 start=$(date +%s)
 stamp=$(find hoplib results requirements.txt -type f -not -path "*/__pycache__/*" | sort | xargs cat | sha1sum \
         | cut -c1-16)
 if [ "$(cat _build/.hoplib-stamp 2>/dev/null)" != "$stamp" ]; then
-  rm -rf _build/.jupyter_cache
+  rm -rf _build/.jupyter_cache _build/.doctrees  # re-read and re-execute every page
 fi
 jupyter-book build . -W -n --keep-going "$@"
 mkdir -p _build && echo "$stamp" > _build/.hoplib-stamp

@@ -128,10 +128,19 @@ def render(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def executed(stem: str) -> nbformat.NotebookNode | None:
-    """myst-nb's executed notebook of a chapter from the last book build, if there is one."""
-    path = BUILD / "jupyter_execute" / "chapters" / f"{stem}.ipynb"
-    return nbformat.read(path, as_version=4) if path.exists() else None
+def executed(md: Path) -> nbformat.NotebookNode | None:
+    """A chapter's executed notebook from the last book build (myst-nb's jupyter-cache, which keeps the glued
+    values that its rendered notebooks drop), if the build ran this chapter's code as it is now."""
+    folder = BUILD / ".jupyter_cache"
+    if not folder.is_dir():
+        return None
+    from jupyter_cache import get_cache
+
+    cache = get_cache(folder)
+    try:
+        return cache.get_cache_bundle(cache.match_cache_notebook(jupytext.read(md, fmt="md:myst")).pk).nb
+    except KeyError:
+        return None
 
 
 def glued_values(nb: nbformat.NotebookNode) -> dict[str, str]:
@@ -139,9 +148,10 @@ def glued_values(nb: nbformat.NotebookNode) -> dict[str, str]:
     values = {}
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name and "text/plain" in out.get("data", {}):
-                values[name] = out["data"]["text/plain"]
+            mark = out.get("metadata", {}).get("scrapbook", {})
+            plain = out.get("data", {}).get(mark.get("mime_prefix", "") + "text/plain")
+            if mark.get("name") and plain is not None:  # display=False glue prefixes its mime types
+                values[mark["name"]] = plain
     return values
 
 
@@ -161,7 +171,8 @@ def with_outputs(nb: nbformat.NotebookNode, run: nbformat.NotebookNode) -> nbfor
     ours, theirs = _chapter_code(nb), [c for c in run.cells if c.cell_type == "code"]
     if len(ours) == len(theirs):
         for cell, done in zip(ours, theirs, strict=True):
-            cell.outputs, cell.execution_count = done.outputs, done.get("execution_count")
+            cell.outputs = [o for o in done.outputs if "scrapbook" not in o.get("metadata", {})]  # glued values
+            cell.execution_count = done.get("execution_count")
     return nb
 
 
@@ -171,9 +182,9 @@ def sync(from_build: bool = False) -> list[Path]:
     written = []
     for md in chapter_sources():
         target = md.with_suffix(".ipynb")
-        run = executed(md.stem) if from_build else None
+        run = executed(md) if from_build else None
         if from_build and run is None:
-            raise RunError(f"no executed notebook for {md.stem} under {BUILD}: build the book first")
+            raise RunError(f"the last build under {BUILD} did not run {md.name} as it is now: build the book")
         nb = to_notebook(md, glued_values(run) if run is not None else stored_values(target))
         text = render(nb)
         if not target.exists() or target.read_text(encoding="utf-8") != text:

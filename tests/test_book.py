@@ -85,25 +85,33 @@ def test_colab_notebook_starts_with_install_cell_from_config(md):
     assert "torch" not in first_code.source.split("never reinstalled.")[1], "the install cell never names torch"
 
 
-def test_drift_is_detected(tmp_path, monkeypatch):
+FRONT = """\
+---
+jupytext:
+  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+# Demo
+
+"""
+
+
+def demo_book(tmp_path: Path, monkeypatch, body: str) -> Path:
+    """A book of one chapter, ``chapters/demo.md`` with ``body`` after its title, that ``notebooks`` works on."""
     chapters = tmp_path / "chapters"
     chapters.mkdir()
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
     md = chapters / "demo.md"
-    md.write_text(textwrap.dedent("""\
-        ---
-        jupytext:
-          text_representation: {extension: .md, format_name: myst, format_version: 0.13}
-        kernelspec: {display_name: Python 3, language: python, name: python3}
-        ---
-        # Demo
-
-        ```{code-cell} ipython3
-        x = 1
-        ```
-        """))
+    md.write_text(FRONT + textwrap.dedent(body))
     monkeypatch.setattr(notebooks, "ROOT", tmp_path)
     monkeypatch.setattr(notebooks, "CHAPTERS", chapters)
+    monkeypatch.setattr(notebooks, "BUILD", tmp_path / "_build")
+    return md
+
+
+def test_drift_is_detected(tmp_path, monkeypatch):
+    md = demo_book(tmp_path, monkeypatch, "```{code-cell} ipython3\nx = 1\n```\n")
+    chapters = md.parent
     assert notebooks.check() == ["chapters/demo.ipynb is missing"]
     notebooks.sync()
     assert notebooks.check() == []
@@ -117,39 +125,29 @@ def test_drift_is_detected(tmp_path, monkeypatch):
 def test_sync_from_build_fills_glued_values_and_the_download_notebook(tmp_path, monkeypatch):
     """``sync --from-build`` takes the glued values from myst-nb's executed notebook; a plain ``sync`` keeps them
     (from the notebook's metadata), and the download notebook of the built page carries the build's outputs."""
-    chapters = tmp_path / "chapters"
-    chapters.mkdir()
-    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
-    md = chapters / "demo.md"
-    md.write_text(textwrap.dedent("""\
-        ---
-        jupytext:
-          text_representation: {extension: .md, format_name: myst, format_version: 0.13}
-        kernelspec: {display_name: Python 3, language: python, name: python3}
-        ---
-        # Demo
-
+    md = demo_book(tmp_path, monkeypatch, """\
         ```{code-cell} ipython3
         print("hello")
         ```
 
         The answer is {glue:text}`answer:.1f` of {glue:text}`total`.
-        """))
-    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
-    monkeypatch.setattr(notebooks, "CHAPTERS", chapters)
-    monkeypatch.setattr(notebooks, "BUILD", tmp_path / "_build")
+        """)
     assert notebooks.check() == ["chapters/demo.ipynb is missing"]
     assert notebooks.main(["sync", "--from-build"]) == 1, "no build yet: one line, exit 1"
     built = jupytext.read(md, fmt="md:myst")
     built.cells[1].outputs = [
         nbformat.v4.new_output("stream", name="stdout", text="hello\n"),
-        nbformat.v4.new_output("display_data", data={"text/plain": "41.96"},
-                               metadata={"scrapbook": {"name": "answer", "mime_prefix": ""}}),
+        nbformat.v4.new_output("display_data", data={"application/papermill.record/text/plain": "41.96"},
+                               metadata={"scrapbook": {"name": "answer",
+                                                       "mime_prefix": "application/papermill.record/"}}),
         nbformat.v4.new_output("display_data", data={"text/plain": "'1,000'"},
                                metadata={"scrapbook": {"name": "total", "mime_prefix": ""}})]
-    (tmp_path / "_build" / "jupyter_execute" / "chapters").mkdir(parents=True)
     (tmp_path / "_build" / "html" / "_sources" / "chapters").mkdir(parents=True)
-    nbformat.write(built, tmp_path / "_build" / "jupyter_execute" / "chapters" / "demo.ipynb")
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    get_cache(tmp_path / "_build" / ".jupyter_cache").cache_notebook_bundle(
+        CacheBundleIn(built, str(md)), check_validity=False)
     assert notebooks.main(["sync", "--from-build"]) == 0
     nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")

@@ -48,16 +48,3 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
-
-
-def check_rates(name: str, values: object) -> list[float]:
-    """Check that ``values`` is a non-empty list of learning rates, numbers in (0, 1); returns them as floats."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise TypeError(f"{name} must be a list of numbers in (0, 1), got {type(values).__name__}")
-    out = list(values)
-    if not out:
-        raise ValueError(f"{name} must not be empty")
-    for v in out:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < 1:
-            raise ValueError(f"{name} must be numbers in (0, 1), got {v!r}")
-    return [float(v) for v in out]

@@ -53,14 +53,3 @@ _ROWS = [
 ]
 
 EXERCISES: dict[str, Exercise] = {row[0]: Exercise(*row) for row in _ROWS}
-
-
-def by_chapter(chapter: str) -> list[Exercise]:
-    """The exercises of one chapter (a chapter file's stem, e.g. ``"mpc"``), in the book's order."""
-    if not isinstance(chapter, str):
-        raise TypeError(f"chapter must be a str, got {type(chapter).__name__}")
-    found = [e for e in EXERCISES.values() if e.chapter == chapter]
-    if not found:
-        chapters = sorted({e.chapter for e in EXERCISES.values()})
-        raise ValueError(f"no exercises for chapter {chapter!r}; chapters: {chapters}")
-    return found
