@@ -11,15 +11,14 @@ writes ``<out>/efficient_attention/<profile>/<part>[_seed<s>][_steps<n>_a<sizes>
 
 from __future__ import annotations
 
-import argparse
 import functools
 from pathlib import Path
 from typing import Any
 
-from run_rnn import alphabet_sweep, matched_settings
+from run_rnn import matched_settings, run_part, sweep_parser
 
 from hoplib.lower_bounds import sweep
-from hoplib.sweep import add_run_options, executor_from_args, run_device, run_sweep
+from hoplib.sweep import run_device
 from hoplib.tasks import HopTask
 
 _ATTENTION = {"n_features": 16, "window": 4, "global_every": None}
@@ -56,11 +55,7 @@ def depth_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
 
 
 def main(argv: list[str] | None = None) -> Path:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
-    p.add_argument("--part", default="matched", choices=("matched", "features", "alphabet"))
-    p.add_argument("--out", required=True, help="results root")
-    add_run_options(p, seed_help="seeds other than 0 add _seed<seed> to the file name")
+    p = sweep_parser(__doc__, PROFILES, ("matched", "features", "alphabet"))
     p.add_argument("--alphabets", type=int, nargs="+", help="alphabet part: only these alphabet sizes")
     p.add_argument("--steps", type=int, help="alphabet part: a control run with this many steps")
     args = p.parse_args(argv)
@@ -77,10 +72,7 @@ def main(argv: list[str] | None = None) -> Path:
               "seed": args.seed}
     if args.part != "alphabet":
         params |= {"alphabet_size": 4, "batch_size": sweep.BATCH_SIZE}
-    points, job = (alphabet_sweep if args.part == "alphabet" else depth_sweep)(s, seed=args.seed, device=device)
-    run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
-              executor=executor_from_args(args))
-    return path
+    return run_part(args, s, path, params, depth_sweep)
 
 
 if __name__ == "__main__":

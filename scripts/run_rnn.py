@@ -77,23 +77,36 @@ def depth_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
     return sweep.grid_points(s), sweep.point_job(task, make_build, s, seed=seed, device=device)
 
 
-def main(argv: list[str] | None = None) -> Path:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
-    p.add_argument("--part", default="training", choices=("training", "matched", "alphabet"))
+def sweep_parser(doc: str, profiles: dict[str, Any], parts: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The options of a lower-bound sweep command (this one and run_efficient_attention.py)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--profile", default="cpu", choices=tuple(profiles))
+    p.add_argument("--part", default=parts[0], choices=parts)
     p.add_argument("--out", required=True, help="results root")
     add_run_options(p, seed_help="seeds other than 0 add _seed<seed> to the file name")
-    args = p.parse_args(argv)
+    return p
+
+
+def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: dict[str, Any],
+             depth: Any) -> Path:
+    """Train the points of ``args.part`` (the alphabet sweep, or ``depth``'s) with the one sweep runner and
+    store their records at ``path``."""
+    device = params["device"]
+    points, job = (alphabet_sweep if args.part == "alphabet" else depth)(s, seed=args.seed, device=device)
+    run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
+              executor=executor_from_args(args))
+    return path
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = sweep_parser(__doc__, PROFILES, ("training", "matched", "alphabet")).parse_args(argv)
     device = run_device(args)
     s = dict(PROFILES[args.profile][args.part])
     path = Path(args.out) / "rnn" / args.profile / (args.part + (f"_seed{args.seed}" if args.seed else "") + ".json")
     params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed}
     if args.part != "alphabet":
         params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
-    points, job = (alphabet_sweep if args.part == "alphabet" else depth_sweep)(s, seed=args.seed, device=device)
-    run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
-              executor=executor_from_args(args))
-    return path
+    return run_part(args, s, path, params, depth_sweep)
 
 
 if __name__ == "__main__":
