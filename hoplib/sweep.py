@@ -154,22 +154,4 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
     return rows
 
 
-def store_sweep(path: Path, params: dict[str, Any], sweep: Callable[..., list[dict[str, Any]]], *, device: str,
-                workers: int, overwrite: bool = False) -> Path:
-    """For sweeps that drive their own points: check that ``path`` may be written, run ``sweep(on_model=...)``
-    keeping the records so far in ``<stem>.partial.json`` (``complete: False``), then write ``path``."""
-    from hoplib._book.provenance import save_results
-
-    path = Path(path)
-    _check_target(path, overwrite)
-    t0 = time.perf_counter()
-    partial = path.with_name(path.stem + ".partial.json")
-    rows = sweep(on_model=lambda done: save_results(partial, done, {**params, "complete": False}, device))
-    out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
-    partial.unlink(missing_ok=True)
-    print(f"wrote {out} ({len(rows)} records, {time.perf_counter() - t0:.0f} s)")
-    return out
-
-
-__all__ = ["add_run_options", "executor_from_args", "map_points", "run_device", "run_sweep", "slurm_executor",
-           "store_sweep"]
+__all__ = ["add_run_options", "executor_from_args", "map_points", "run_device", "run_sweep", "slurm_executor"]

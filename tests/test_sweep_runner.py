@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hoplib.sweep import add_run_options, map_points, run_device, run_sweep, slurm_executor, store_sweep
+from hoplib.sweep import add_run_options, map_points, run_device, run_sweep, slurm_executor
 
 
 def _square(index: int, point: int) -> dict:
@@ -74,25 +74,16 @@ def test_a_slurm_job_array_through_submitit_gives_the_local_results(tmp_path):
     assert array == local
 
 
-def test_store_sweep_keeps_finished_models_when_a_sweep_fails(tmp_path):
+def test_a_failed_overwrite_keeps_the_complete_file_and_the_finished_points(tmp_path):
     path = tmp_path / "part" / "sweep.json"
-
-    def run(on_model):
-        on_model([{"m": 1}])
-        return [{"m": 1}, {"m": 2}]
-
-    assert store_sweep(path, {"p": 1}, run, device="cpu", workers=1) == path
-    assert json.loads(path.read_text())["data"] == [{"m": 1}, {"m": 2}]
-
-    def diverges(on_model):
-        on_model([{"m": 1}])
-        raise FloatingPointError("loss is nan")
-
-    with pytest.raises(FloatingPointError):
-        store_sweep(path, {"p": 1}, diverges, device="cpu", workers=1, overwrite=True)
+    points = [{"dir": str(tmp_path)}, {"dir": str(tmp_path)}]
+    rows = run_sweep(_fails_once, points, path, {"p": 1})
+    failing = [{"dir": str(tmp_path)}, {"dir": str(tmp_path), "fail": True}]
+    with pytest.raises(RuntimeError, match="pre-empted"):
+        run_sweep(_fails_once, failing, path, {"p": 1}, overwrite=True)
     partial = json.loads((tmp_path / "part" / "sweep.partial.json").read_text())
-    assert partial["parameters"]["complete"] is False and partial["data"] == [{"m": 1}]
-    assert json.loads(path.read_text())["data"] == [{"m": 1}, {"m": 2}]  # the complete file is untouched
+    assert partial["parameters"]["complete"] is False and list(partial["data"]["done"]) == ["0"]
+    assert json.loads(path.read_text())["data"] == rows  # the complete file is untouched
 
 
 def test_run_options_are_shared_and_checked_before_any_work():
