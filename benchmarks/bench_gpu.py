@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from hoplib._book.device import get_device
-from hoplib._book.provenance import save_results
+from hoplib._book.results import save_results
 from hoplib.models import count_parameters
 from hoplib.train import RunConfig, fit, fit_ensemble
 from hoplib.training import sweep

@@ -16,7 +16,7 @@ import torch
 
 from hoplib import baselines
 from hoplib._book.device import get_device
-from hoplib._book.provenance import save_results
+from hoplib._book.results import save_results
 from hoplib.tasks import HopTask
 
 

@@ -1,5 +1,4 @@
-"""The authors' style of data generator (``chsanford/hop-induction-heads``), against which :mod:`hoplib.tasks`'s
-vectorised pointer doubling is benchmarked (``chapters/hop_task.md``, ``benchmarks/``)."""
+"""The authors' style of data generator, the baseline of :mod:`hoplib.tasks`'s benchmark (``benchmarks/``)."""
 
 from __future__ import annotations
 

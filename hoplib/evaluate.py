@@ -1,16 +1,12 @@
-"""Test error per hop count k of a trained sequence model, and what its heads attend to (Section 4.2, App. G).
+"""Test error per hop count k of a trained model, and what its heads attend to (Section 4.2, Appendix G).
 
-Two metrics, both over positions whose target is a letter (⊥ and the position-0 blank are left out):
-``metric="paper"`` is the paper's err^n_k, for each sample the fraction of its letter positions predicted
-wrongly, averaged over samples; ``metric="pooled"`` is the authors' code, wrong predictions pooled over all
-letter positions of all samples (what ``authors-errors.json`` holds). Predictions are the argmax over all
-logits. Test samples for k are ``HopTask.sample(n_samples, k=k, seed=seed + k)`` with seeds below 2**30,
-disjoint from the training streams of :mod:`hoplib.train`.
+Only letter targets count: ``"paper"`` is err^n_k (per sample the share wrong, averaged), ``"pooled"`` the
+authors' code (pooled over samples). Test data for k has seed ``seed + k`` < 2**30, apart from training's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -18,30 +14,25 @@ import torch.nn as nn
 
 from hoplib._book.device import autocast, get_device
 from hoplib.report import METRICS
-from hoplib.tasks import HopTask
-
-__all__ = ["METRICS", "per_k_error", "predictions", "errors_from_predictions", "copy_letter_error",
-           "error_records", "find_pattern", "alignment_score", "attention_maps",
-           "alignment_scores", "best_find_per_head", "head_roles"]
+from hoplib.tasks import HopTask, find_k
 
 
-def _ks(task: HopTask, ks: Iterable[int] | None) -> list[int]:
-    return list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
-
-
-def _test_seed(seed: int, task: HopTask) -> int:
+def samples_per_k(task: HopTask, ks: Iterable[int] | None, n_samples: int, seed: int,
+                  device: torch.device) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """``(k, inputs, targets)`` for each k (default all of the task's), from the test seeds."""
     if not 0 <= seed <= 2**30 - 1 - task.max_hops:  # above, test data would overlap the training streams
         raise ValueError(f"seed must be in 0..{2**30 - 1 - task.max_hops}, got {seed}")
-    return seed
+    for k in range(task.min_hops, task.max_hops + 1) if ks is None else ks:
+        yield (k, *task.sample(n_samples, k=k, seed=seed + k, device=device))
 
 
 @torch.no_grad()
 def predictions(model: nn.Module, inputs: torch.Tensor, batch_size: int = 512, *,
-                num_classes: int | None = None) -> torch.Tensor:
-    """Argmax predictions (B, T) of ``model`` on ``inputs`` in eval mode (the model's mode is restored).
-    ``num_classes``, when given, is the fewest logits per position the model must give."""
+                num_classes: int | None = None, dropout: bool = False) -> torch.Tensor:
+    """Argmax predictions (B, T) of ``model`` on ``inputs`` in eval mode, or training mode with ``dropout`` (the
+    mode is restored). ``num_classes``, when given, is the fewest logits per position the model must give."""
     was_training = model.training
-    model.eval()
+    model.train(dropout)
     try:
         out = []
         for i in range(0, inputs.shape[0], batch_size):
@@ -62,11 +53,11 @@ def errors_from_predictions(pred: torch.Tensor, targets: torch.Tensor, task: Hop
     v = task.vocab
     letter = (targets >= v.first_letter) & (targets < v.no_answer)
     wrong = (pred != targets) & letter
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     if metric == "pooled":
         n = int(letter.sum())
         return float(wrong.sum()) / n if n else float("nan")
-    if metric != "paper":
-        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     counts = letter.sum(dim=1)
     keep = counts > 0
     if not bool(keep.any()):
@@ -74,39 +65,42 @@ def errors_from_predictions(pred: torch.Tensor, targets: torch.Tensor, task: Hop
     return float((wrong.sum(dim=1)[keep].double() / counts[keep].double()).mean())
 
 
+def per_k_errors(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: int = 0,
+                 device: str | torch.device = "auto", metrics: Iterable[str] = METRICS,
+                 ks: Iterable[int] | None = None) -> dict[str, dict[int, float]]:
+    """``{metric: {k: error}}`` from one pass of predictions per k (the model in eval mode, on ``device``)."""
+    if bad := next((n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None):
+        raise ValueError(f"model parameter {bad} holds non-finite values (NaN or inf): its errors would be meaningless")
+    out: dict[str, dict[int, float]] = {m: {} for m in metrics}
+    for k, x, y in samples_per_k(task, ks, n_samples, seed, get_device(device)):
+        pred = predictions(model, x, num_classes=task.vocab_size)
+        for m in out:
+            out[m][k] = errors_from_predictions(pred, y, task, m)
+    return out
+
+
 def per_k_error(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: int = 0,
                 device: str | torch.device = "auto", metric: str = "paper",
                 ks: Iterable[int] | None = None) -> dict[int, float]:
-    """Test error err^n_k for each hop count k (default all of the task's), the model in eval mode; the model
-    must already live on ``device``."""
-    seed, dev = _test_seed(seed, task), get_device(device)
-    out: dict[int, float] = {}
-    for k in _ks(task, ks):
-        x, y = task.sample(n_samples, k=k, seed=seed + k, device=dev)
-        out[k] = errors_from_predictions(predictions(model, x, num_classes=task.vocab_size), y, task, metric)
-    return out
+    """Test error err^n_k for each hop count k (default all of the task's) in one metric."""
+    return per_k_errors(model, task, n_samples=n_samples, seed=seed, device=device, metrics=(metric,),
+                        ks=ks)[metric]
 
 
 def copy_letter_error(task: HopTask, *, n_samples: int = 1000, seed: int = 0, metric: str = "paper",
                       ks: Iterable[int] | None = None) -> dict[int, float]:
     """Error per k of the rule "answer the current letter" (hop_0 whatever k is asked), the first thing a
     briefly trained model learns: 0 at k = 0 and exactly 1 at k = 1 (the strings have no immediate repeats)."""
-    seed = _test_seed(seed, task)
-    out = {}
-    for k in _ks(task, ks):
-        x, y = task.sample(n_samples, k=k, seed=seed + k, device="cpu")
-        out[k] = errors_from_predictions(x, y, task, metric)  # the input token itself: the current letter
-    return out
+    return {k: errors_from_predictions(x, y, task, metric)  # the input token itself: the current letter
+            for k, x, y in samples_per_k(task, ks, n_samples, seed, torch.device("cpu"))}
 
 
 def error_records(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: int = 0,
                   device: str | torch.device = "auto", ks: Iterable[int] | None = None,
                   **labels: Any) -> list[dict[str, Any]]:
     """Tidy rows ``{**labels, "k", "metric", "error", "n_samples"}``, both metrics, one row per (k, metric)."""
-    seed, dev = _test_seed(seed, task), get_device(device)
     rows = []
-    for k in _ks(task, ks):
-        x, y = task.sample(n_samples, k=k, seed=seed + k, device=dev)
+    for k, x, y in samples_per_k(task, ks, n_samples, seed, get_device(device)):
         pred = predictions(model, x, num_classes=task.vocab_size)
         rows += [{**labels, "k": k, "metric": m, "error": errors_from_predictions(pred, y, task, m),
                   "n_samples": n_samples} for m in METRICS]
@@ -115,14 +109,9 @@ def error_records(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed
 
 # --------------------------------------------------------------------------- heads (Appendix G.4)
 def find_pattern(inputs: torch.Tensor, task: HopTask, j: int | str) -> torch.Tensor:
-    """The ideal attention map M (B, T, T) of a head that implements find^j (or ``"prev"``, ``"start"``).
-
-    Query position t >= 1 holds letter t-1; M[t, find^j(t-1) + 1] = 1 where find^j is defined, and
-    M[t, 0] = 1 (the hop-count token) where it is ⊥. ``"prev"`` puts the 1 at t-1, ``"start"`` at position 0
-    in every row. Row 0 (the hop-count token's own query) is left empty.
-    """
-    from hoplib.tasks import find_k
-
+    """The ideal attention map M (B, T, T) of a head that implements find^j: M[t, find^j(t-1) + 1] = 1, or
+    M[t, 0] = 1 where it is ⊥ (query t >= 1 holds letter t-1; row 0 is empty). ``"prev"`` marks t-1,
+    ``"start"`` position 0."""
     b, t = inputs.shape
     m = torch.zeros(b, t, t, device=inputs.device)
     rows = torch.arange(1, t, device=inputs.device)
@@ -131,8 +120,7 @@ def find_pattern(inputs: torch.Tensor, task: HopTask, j: int | str) -> torch.Ten
     elif j == "start":
         cols = torch.zeros_like(rows).expand(b, -1)
     else:
-        p = find_k(inputs[:, 1:] - task.vocab.first_letter, int(j))
-        cols = torch.where(p >= 0, p + 1, torch.zeros_like(p))
+        cols = find_k(inputs[:, 1:] - task.vocab.first_letter, int(j)) + 1  # ⊥ (-1) lands on column 0
     m[torch.arange(b, device=inputs.device).unsqueeze(1), rows.expand(b, -1), cols] = 1.0
     return m
 
@@ -176,13 +164,10 @@ def alignment_scores(model: nn.Module, task: HopTask, *, k: int, js: Iterable[in
 def best_find_per_head(model: nn.Module, task: HopTask, *, ks: Iterable[int] | None = None,
                        js: Iterable[int] | None = None, include_prev: bool = True, include_start: bool = True,
                        n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto") -> dict[str, Any]:
-    """For every layer, head and k, the pattern the head matches best (the paper's Figures 14-15).
-
-    Candidates: find^j for ``js`` (default 0..max_hops), "prev" and "start" (attention parked on position 0;
-    without it such a head is scored best against the largest find^j, whose answers are mostly ⊥). Returns
-    ``{"ks", "patterns", "scores": (L, H, K, P), "best": (L, H, K) indices, "best_score": (L, H, K)}``.
-    """
-    ks = _ks(task, ks)
+    """For every layer, head and k, the pattern the head matches best (the paper's Figures 14-15), among
+    find^j for ``js`` (default 0..max_hops), "prev" and "start" (attention parked on position 0). Returns
+    ``{"ks", "patterns", "scores": (L, H, K, P), "best": (L, H, K) indices, "best_score": (L, H, K)}``."""
+    ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
     js = list(range(task.max_hops + 1)) if js is None else list(js)
     per_k = [alignment_scores(model, task, k=k, js=js, n_samples=n_samples, seed=seed, device=device, start=True)
              for k in ks]

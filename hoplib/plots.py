@@ -1,10 +1,8 @@
 """Figures shared by the chapters (matplotlib only; each function draws on an ``Axes`` it is given or makes).
 
-:func:`use_book_style` is the book's one figure style, applied by :func:`hoplib._book.notebook.start` in every
-chapter: font sizes that stay readable at the page's width, and vector (SVG) output in
-notebooks (``$HOPLIB_FIGURE_FORMAT=png`` switches to 200-dpi PNG, e.g. for the PDF build). Helpers used by every
-part's plots: :func:`integer_ticks` (k, depths and layers are integers) and :func:`layer_label` (layers are
-1-based in the text, so in the figures too).
+:func:`use_book_style` is the book's one figure style, applied by :func:`hoplib._book.notebook.start`: font
+sizes readable at the page's width and SVG output (``$HOPLIB_FIGURE_FORMAT=png``: 200-dpi PNG, e.g. for the
+PDF); :func:`check_legible` checks every figure the book shows against that width.
 """
 
 from __future__ import annotations
@@ -29,16 +27,17 @@ BOOK_STYLE = {
     "legend.fontsize": 10, "legend.framealpha": 0.85, "axes.spines.top": False, "axes.spines.right": False,
     "image.cmap": "viridis", "svg.fonttype": "path",
 }
-FIGURE_FORMATS = ("svg", "png")
+PAGE_WIDTH_PX = 720
+"""Width in CSS pixels of the book page's content column (sphinx-book-theme at a desktop window)."""
+MIN_TEXT_PX = 10.0
+"""The smallest text height, in CSS pixels at :data:`PAGE_WIDTH_PX`, that :func:`check_legible` accepts."""
 
 
 def use_book_style(figure_format: str | None = None) -> str:
-    """Apply :data:`BOOK_STYLE` and, inside IPython, make inline figures SVG (or 200-dpi PNG); return the format.
-
-    ``figure_format`` defaults to ``$HOPLIB_FIGURE_FORMAT`` or ``"svg"``.
-    """
-    fmt = figure_format if figure_format is not None else os.environ.get("HOPLIB_FIGURE_FORMAT", "svg")
-    check_choice("figure_format", fmt, FIGURE_FORMATS)
+    """Apply :data:`BOOK_STYLE` and, inside IPython, make inline figures ``figure_format`` (default
+    ``$HOPLIB_FIGURE_FORMAT`` or ``"svg"``; ``"png"`` at 200 dpi); return the format."""
+    fmt = check_choice("figure_format", figure_format or os.environ.get("HOPLIB_FIGURE_FORMAT", "svg"),
+                       ("svg", "png"))
     mpl.rcParams.update(BOOK_STYLE)
     try:
         from IPython import get_ipython
@@ -48,25 +47,6 @@ def use_book_style(figure_format: str | None = None) -> str:
     if get_ipython() is not None:
         set_matplotlib_formats(fmt)
     return fmt
-
-
-def integer_ticks(ax: Axes, axis: str = "x") -> Axes:
-    """Put ticks only at integers on ``axis`` (``"x"``, ``"y"`` or ``"both"``): k, depths and layers."""
-    check_choice("axis", axis, ("x", "y", "both"))
-    for name in ("x", "y") if axis == "both" else (axis,):
-        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True))
-    return ax
-
-
-def layer_label(layer_index: int) -> str:
-    """The title of a 0-based layer index as the text names it: ``layer_label(0) == "layer 1"``."""
-    return f"layer {check_int('layer_index', layer_index, low=0) + 1}"
-
-
-PAGE_WIDTH_PX = 720
-"""Width in CSS pixels of the book page's content column (sphinx-book-theme at a desktop window)."""
-MIN_TEXT_PX = 10.0
-"""The smallest text height, in CSS pixels at :data:`PAGE_WIDTH_PX`, that :func:`check_legible` accepts."""
 
 
 def _visible_texts(artist) -> list[Text]:
@@ -86,9 +66,6 @@ def text_sizes_px(fig: Figure, page_px: int = PAGE_WIDTH_PX) -> list[tuple[float
     bounding box, as Jupyter saves it) is shown at most ``page_px`` wide; smallest first.
 
     A point is 96/72 CSS pixels; a figure wider than the page is scaled down to fit it."""
-    if not isinstance(fig, Figure):
-        raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
-    page_px = check_int("page_px", page_px, low=1)
     fig.draw_without_rendering()  # tick labels get their text at draw time
     width_in = fig.get_tightbbox().width + 0.2  # Jupyter saves with bbox_inches="tight", pad 0.1 in
     scale = min(1.0, page_px / (width_in * 96))
@@ -161,56 +138,49 @@ def plot_hop_statistics(records: list[dict[str, float]], axes: tuple[Axes, Axes]
     axes[1].legend()
     for a in axes:
         a.grid(alpha=0.3)
-        integer_ticks(a)  # k is an integer
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is an integer
     return axes
 
 
 def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", fade: bool = True) -> Axes:
-    """Heatmap of :func:`hoplib.evaluate.best_find_per_head` (the paper's Figures 14-15): one row per
-    (layer, head), one column per k; each cell names the best-matching pattern (j of find^j, ``p`` for
-    previous token, ``s`` for start) above its alignment score. Colours code j (viridis), previous token
-    (red) and start (grey); with ``fade`` a cell's colour fades towards white as its score falls."""
+    """The paper's Figures 14-15 from :func:`hoplib.evaluate.best_find_per_head` (or
+    :func:`hoplib.training.heads.cleared`): one row per (layer, head), one column per k; each cell names the
+    best pattern (j of find^j, ``p`` previous token, ``s`` start) above its score, blank where ``best`` is -1.
+    Colours code j (viridis), previous token (red) and start (grey); ``fade`` pales a cell as its score falls."""
     if not isinstance(table, dict) or not {"ks", "patterns", "best", "best_score"} <= set(table):
         raise TypeError("table must be the dict returned by hoplib.evaluate.best_find_per_head")
     names, ks = table["patterns"], table["ks"]
-    best = np.asarray(table["best"])
-    score = np.asarray(table["best_score"], dtype=float)
+    best, score = np.asarray(table["best"]), np.asarray(table["best_score"], dtype=float)
     n_layers, n_heads, n_k = best.shape
-    js = [int(n.split("^")[1]) for n in names if n.startswith("find^")]
-    j_max = max(js, default=1) or 1
-    cmap = plt.get_cmap("viridis")
-    colour = {n: (cmap(int(n.split("^")[1]) / j_max) if n.startswith("find^") else
-                  (0.85, 0.3, 0.3, 1.0) if n == "prev" else (0.6, 0.6, 0.6, 1.0)) for n in names}
-    label = {n: n.split("^")[1] if n.startswith("find^") else n[0] for n in names}
+    j_max = max((int(n.split("^")[1]) for n in names if n.startswith("find^")), default=1) or 1
     if ax is None:
         _, ax = plt.subplots(figsize=(0.55 * n_k + 1.5, 0.32 * n_layers * n_heads + 1))
     img = np.ones((n_layers * n_heads, n_k, 3))
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            r = layer * n_heads + head
-            for c in range(n_k):
-                name, s = names[best[layer, head, c]], score[layer, head, c]
-                w = min(max(s, 0.0), 1.0) if fade else 1.0
-                img[r, c] = w * np.array(colour[name][:3]) + (1 - w) * np.ones(3)
-                dark = w > 0.55 and name.startswith("find^") and int(name.split("^")[1]) < 0.6 * j_max
-                ax.text(c, r, f"{label[name]}\n{s:.2f}".replace("0.", ".").replace("1.00", "1"), ha="center",
-                        va="center", fontsize=9, color="white" if dark else "black", linespacing=0.9)
+    for (layer, head, c), b in np.ndenumerate(best):
+        if b < 0:
+            continue
+        name, s, r = names[b], score[layer, head, c], layer * n_heads + head
+        j = int(name.split("^")[1]) if name.startswith("find^") else None
+        colour = plt.get_cmap("viridis")(j / j_max)[:3] if j is not None else (
+            (0.85, 0.3, 0.3) if name == "prev" else (0.6, 0.6, 0.6))
+        w = min(max(s, 0.0), 1.0) if fade else 1.0
+        img[r, c] = w * np.array(colour) + (1 - w)
+        dark = w > 0.55 and j is not None and j < 0.6 * j_max
+        ax.text(c, r, f"{name[0] if j is None else j}\n{s:.2f}".replace("0.", ".").replace("1.00", "1"),
+                ha="center", va="center", fontsize=9, color="white" if dark else "black", linespacing=0.9)
     ax.imshow(img, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(n_k), [str(k) for k in ks], fontsize=9)
     ax.set_yticks(range(n_layers * n_heads),
                   [f"L{layer + 1} h{head + 1}" for layer in range(n_layers) for head in range(n_heads)], fontsize=9)
     for layer in range(1, n_layers):
         ax.axhline(layer * n_heads - 0.5, color="black", lw=0.8)
-    ax.set_xlabel("k (hops of the input)")
-    ax.set_title(title)
+    ax.set(xlabel="k (hops of the input)", title=title)
     return ax
 
 
 def plot_best_patterns(tables: dict[str, dict], *, width: float = 8.5):
     """:func:`plot_best_pattern` of every table of ``tables`` (title -> table), stacked, each at the page's
     full width so that its cell labels stay legible; returns the figure."""
-    if not isinstance(tables, dict) or not tables:
-        raise ValueError("tables must be a non-empty dict from a title to a best_find_per_head table")
     rows = [int(np.prod(np.asarray(t["best"]).shape[:2])) for t in tables.values()]
     fig, axes = plt.subplots(len(rows), 1, figsize=(width, 0.33 * sum(rows) + 1.2 * len(rows)), squeeze=False,
                              gridspec_kw={"height_ratios": rows})

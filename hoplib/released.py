@@ -1,12 +1,6 @@
-"""The authors' released checkpoints, loaded into :class:`hoplib.models.GPT` and re-evaluated with hoplib.
-
-The authors' repository ``chsanford/hop-induction-heads`` (commit :data:`COMMIT`) holds their step-100000
-weights: HuggingFace ``GPT2Model`` state dicts under ``backbone.``, whose final LayerNorm output is the logit
-vector (``head="layernorm"`` in hoplib). :func:`download` or :func:`extract_from_git` caches one (hash
-checked; never in this repository, which has no licence to copy them), :func:`load` converts it weight for
-weight, :func:`evaluate_model` scores it with dropout off and on (the authors' evaluation never called
-``.eval()``) and with the head alignment of Appendix G.4.
-"""
+"""The authors' released checkpoints (HuggingFace ``GPT2Model`` state dicts, LayerNorm head) in hoplib's GPT:
+:func:`download` or :func:`extract_from_git` caches one (hash checked; never in this repository: no licence),
+:func:`load` converts it, :func:`evaluate_model` scores it with dropout off and on, as the authors did."""
 
 from __future__ import annotations
 
@@ -16,9 +10,10 @@ import json
 import math
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.error import URLError
 from urllib.request import urlopen
 
@@ -37,37 +32,6 @@ CACHE_ENV = "HOPLIB_RELEASED_CACHE"
 TASK_SETTINGS = {"seq_len": 100, "alphabet_size": 4, "max_hops": 16, "min_hops": 0}
 """The task of every released model (their ``task_kwargs``: seq_len 100, char_tokens 4, hops 0..16)."""
 DROPOUT = 0.1  # HuggingFace GPT2Config's default, used in training and left on in the authors' evaluation
-PUBLISHED_N_SAMPLES = 100
-"""Test sequences per k behind the published errors (``samples_per_hop`` of the authors' ``error_plots.ipynb``)."""
-
-GIT_BLOB = {
-    "width4-depth2": "29f328f97f7f1eba0eb15a2c389bb33460239e80",
-    "width4-depth2-samples1k": "69edf3b0b55310c8e04bd816cb66a533cf5bc25d",
-    "width4-depth2-samples3k": "3a112fd0e82ef98dd1b8c09711d0a04a0fece150",
-    "width4-depth2-samples10k": "936a450fb90f98795e4c8b4f79d45433a716fd6d",
-    "width4-depth3": "c8f9053ab7ae5dd37cb1f5a38bf99978fff827e5",
-    "width4-depth3-samples1k": "20305ce35377e59c644627adb1caf4b7bd4f2330",
-    "width4-depth3-samples3k": "6b5588b5b02b35c6a596d6ad31313a0775e2df7c",
-    "width4-depth3-samples10k": "9e95653d2c18f35b625ccef2acc4e946bd803e43",
-    "width4-depth4": "397ceebedd2f78295918417a40cdc3c4a88d2795",
-    "width4-depth4-samples1k": "fb8af6a43e9d8e199af4bc308a9f2aad90940362",
-    "width4-depth4-samples3k": "97d28c88dc9fb1d4d635639d6c653aaa5c3549a9",
-    "width4-depth4-samples10k": "dceda125f1273b24bb53762660b620e02e74304a",
-    "width4-depth5": "3617d83ab260ff1a50bd95e75cf0ba73ba73117e",
-    "width4-depth5-samples1k": "b1adcb5b958728e84dd2d19c365959cfe485576d",
-    "width4-depth5-samples3k": "d5c3d00b1a19fe80fb4bfd2e808ac1146c9e241a",
-    "width4-depth5-samples10k": "98bf25a0edab14ba31dd356ea6b990d0b70eb79f",
-    "width4-depth6": "162db0685f9bf2e43d722283e0687496f6aa2841",
-    "width4-depth6-samples1k": "fdccc36f8dce6017b34bc662da9fff06124bbf65",
-    "width4-depth6-samples3k": "d7e6e2231c5b415d176d9c50db9372fee4bea371",
-    "width4-depth6-samples10k": "672eaeeb3285dd9ae0c3f26d2fd15fd193794bf4",
-    "width8-depth2": "ef6c34e0283f49713693661bdc1be3d2c687f9c2",
-    "width8-depth3": "e00d3ffdeea06c06c45445e3f771137a5928e37a",
-    "width8-depth4": "eaa05d268223efa0615b0c3667ae4444bc479e3f",
-    "width8-depth5": "0755f53fe10b790f3b26e43f8ac6a3df9ead8b60",
-    "width8-depth6": "468c2a988c61d42181a50dc2bf71fe746ddf086f",
-}
-"""Git blob id (SHA-1 of ``"blob <size>\\0" + content``) of every released ``model_100000.pt`` at :data:`COMMIT`."""
 
 SHA256 = {
     "width4-depth2": "6cc682f5b8f37c7b2f33d123b09cd902377ca3adb4a6021ff8e1c0d35eaf4f19",
@@ -89,7 +53,18 @@ SHA256 = {
 }
 """SHA-256 of the released files that could be read from a clone of :data:`COMMIT` (all m = 128, L = 2..5)."""
 
-_SAMPLES = {"": None, "-samples1k": 1000, "-samples3k": 3000, "-samples10k": 10000}
+GIT_BLOB = {
+    "width4-depth6": "162db0685f9bf2e43d722283e0687496f6aa2841",
+    "width4-depth6-samples1k": "fdccc36f8dce6017b34bc662da9fff06124bbf65",
+    "width4-depth6-samples3k": "d7e6e2231c5b415d176d9c50db9372fee4bea371",
+    "width4-depth6-samples10k": "672eaeeb3285dd9ae0c3f26d2fd15fd193794bf4",
+    "width8-depth2": "ef6c34e0283f49713693661bdc1be3d2c687f9c2",
+    "width8-depth3": "e00d3ffdeea06c06c45445e3f771137a5928e37a",
+    "width8-depth4": "eaa05d268223efa0615b0c3667ae4444bc479e3f",
+    "width8-depth5": "0755f53fe10b790f3b26e43f8ac6a3df9ead8b60",
+    "width8-depth6": "468c2a988c61d42181a50dc2bf71fe746ddf086f",
+}
+"""Git blob id (SHA-1 of ``"blob <size>\\0" + content``) of the released files without a known SHA-256."""
 
 
 @dataclass(frozen=True)
@@ -122,18 +97,14 @@ class ReleasedModel:
         return f"L={self.depth}, m={self.d_model}, n={'∞' if self.n_train is None else self.n_train}"
 
 
-def _released() -> dict[str, ReleasedModel]:
-    out = {}
-    for name in GIT_BLOB:
-        width, depth = name.split("-")[:2]
-        heads = int(width.removeprefix("width"))
-        n_train = _SAMPLES[name.removeprefix(f"{width}-{depth}")]
-        out[name] = ReleasedModel(name, int(depth.removeprefix("depth")), 32 * heads, heads, n_train)
-    return out
+def _released(name: str) -> ReleasedModel:
+    heads, depth, *samples = name.removeprefix("width").split("-")  # m = 32·H: "width4" is m = 128, H = 4
+    n_train = {"samples1k": 1000, "samples3k": 3000, "samples10k": 10000}[samples[0]] if samples else None
+    return ReleasedModel(name, int(depth.removeprefix("depth")), 32 * int(heads), int(heads), n_train)
 
 
-RELEASED: dict[str, ReleasedModel] = _released()
-"""Every released model by name (m = 32·H as in the authors' configs: "width4" is m = 128, H = 4)."""
+RELEASED: dict[str, ReleasedModel] = {name: _released(name) for name in {**SHA256, **GIT_BLOB}}
+"""Every released model by name."""
 
 
 def names() -> list[str]:
@@ -153,10 +124,8 @@ def released_task() -> HopTask:
 # --------------------------------------------------------------------------- cache, hashes, download
 def resolve_cache(cache_dir: str | os.PathLike | None = None) -> Path:
     """``cache_dir``, else ``$HOPLIB_RELEASED_CACHE``, else ``~/.cache/hoplib/released``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "hoplib" / "released"
+    cache = cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "hoplib" / "released"
+    return Path(cache).expanduser()
 
 
 def cached_path(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -177,40 +146,37 @@ def file_digests(path: str | os.PathLike) -> dict[str, str]:
 def verify(path: str | os.PathLike, name: str) -> str:
     """Check that ``path`` holds the released file ``name`` (its SHA-256, else its git blob id); return its
     SHA-256, or raise ``ValueError`` naming the file."""
-    digests, want = file_digests(path), SHA256.get(name)
-    if want is not None and digests["sha256"] != want:
-        raise ValueError(f"{path} is not the released {name}: sha256 {digests['sha256']}, expected {want}")
-    if want is None and digests["git_blob"] != GIT_BLOB[name]:
-        raise ValueError(f"{path} is not the released {name}: git blob {digests['git_blob']}, "
-                         f"expected {GIT_BLOB[name]}")
+    digests = file_digests(path)
+    kind, want = ("sha256", SHA256[name]) if name in SHA256 else ("git_blob", GIT_BLOB[name])
+    if digests[kind] != want:
+        raise ValueError(f"{path} is not the released {name}: {kind.replace('_', ' ')} {digests[kind]}, "
+                         f"expected {want}")
     return digests["sha256"]
 
 
 def _is_verified(path: Path, name: str) -> bool:
     try:
-        verify(path, name)
+        return path.is_file() and bool(verify(path, name))
     except (OSError, ValueError):
         return False
-    return True
 
 
 def available(cache_dir: str | os.PathLike | None = None) -> list[str]:
     """Names of the released models present in the cache with the right hash."""
-    return [n for n in RELEASED if (p := cached_path(n, cache_dir)).is_file() and _is_verified(p, n)]
+    return [n for n in RELEASED if _is_verified(cached_path(n, cache_dir), n)]
 
 
-def _cache_slot(name: str, cache_dir: str | os.PathLike | None) -> tuple[ReleasedModel, Path, Path | None]:
-    """``(model, cached path, temporary path to write to)``; no temporary path when a verified copy exists."""
+def _fetch(name: str, cache_dir: str | os.PathLike | None, write: Callable[[BinaryIO], None]) -> Path:
+    """The cached file ``name``: unless a verified copy exists, ``write`` it to a temporary file, verify
+    it, and rename it into place (the temporary file is removed on any failure)."""
     target = cached_path(name, cache_dir)
-    if target.is_file() and _is_verified(target, name):
-        return info(name), target, None
+    if _is_verified(target, name):
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    return info(name), target, target.with_name(f".{target.name}.part")
-
-
-def _store(tmp: Path, name: str, target: Path) -> Path:
-    """Verify the temporary file and move it onto ``target`` atomically (it is removed on failure)."""
+    tmp = target.with_name(f".{target.name}.part")
     try:
+        with tmp.open("wb") as fh:
+            write(fh)
         verify(tmp, name)
         os.replace(tmp, target)
     finally:
@@ -221,36 +187,35 @@ def _store(tmp: Path, name: str, target: Path) -> Path:
 def download(name: str, cache_dir: str | os.PathLike | None = None, *, timeout: float = 60.0) -> Path:
     """Fetch released model ``name`` from GitHub into the cache (verified, then renamed into place); a copy
     already cached with the right hash is returned without the network."""
-    model, target, tmp = _cache_slot(name, cache_dir)
-    if tmp is None:
-        return target
-    try:
-        with urlopen(model.url, timeout=timeout) as response, tmp.open("wb") as fh:
-            for chunk in iter(lambda: response.read(1 << 20), b""):
-                fh.write(chunk)
-    except (URLError, OSError) as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConnectionError(f"cannot download {name} from {model.url} (no network? "
-                              f"{getattr(exc, 'reason', exc)}); copy the file to {target} or use "
-                              "hoplib.released.extract_from_git on a clone") from None
-    return _store(tmp, name, target)
+    url, target = info(name).url, cached_path(name, cache_dir)
+
+    def write(fh: BinaryIO) -> None:
+        try:
+            with urlopen(url, timeout=timeout) as response:
+                for chunk in iter(lambda: response.read(1 << 20), b""):
+                    fh.write(chunk)
+        except (URLError, OSError) as exc:
+            raise ConnectionError(f"cannot download {name} from {url} (no network? "
+                                  f"{getattr(exc, 'reason', exc)}); copy the file to {target} or use "
+                                  "hoplib.released.extract_from_git on a clone") from None
+
+    return _fetch(name, cache_dir, write)
 
 
 def extract_from_git(git_dir: str | os.PathLike, name: str, cache_dir: str | os.PathLike | None = None) -> Path:
     """Copy released model ``name`` out of a local clone (bare or not) of the authors' repository into the
     cache, verified like a download; ``ValueError`` when the clone lacks the commit or the file."""
-    model, target, tmp = _cache_slot(name, cache_dir)
-    if tmp is None:
-        return target
     git = Path(git_dir).expanduser()
     git = git / ".git" if (git / ".git").is_dir() else git
-    with tmp.open("wb") as fh:
-        proc = subprocess.run(["git", "--git-dir", str(git), "show", f"{COMMIT}:{model.path}"],
+    path = info(name).path
+
+    def write(fh: BinaryIO) -> None:
+        proc = subprocess.run(["git", "--git-dir", str(git), "show", f"{COMMIT}:{path}"],
                               stdout=fh, stderr=subprocess.PIPE, check=False)
-    if proc.returncode != 0:
-        tmp.unlink()
-        raise ValueError(f"{git_dir} has no {model.path} at {COMMIT[:8]}: {proc.stderr.decode().strip()}")
-    return _store(tmp, name, target)
+        if proc.returncode != 0:
+            raise ValueError(f"{git_dir} has no {path} at {COMMIT[:8]}: {proc.stderr.decode().strip()}")
+
+    return _fetch(name, cache_dir, write)
 
 
 # --------------------------------------------------------------------------- loading
@@ -262,20 +227,15 @@ _BLOCK_KEYS = {  # HuggingFace GPT2Model block key -> (hoplib Block key, Conv1D 
     "mlp.c_fc.weight": ("mlp.fc.weight", True), "mlp.c_fc.bias": ("mlp.fc.bias", False),
     "mlp.c_proj.weight": ("mlp.proj.weight", True), "mlp.c_proj.bias": ("mlp.proj.bias", False),
 }
-_TOP_KEYS = {"wte.weight": "wte.weight", "wpe.weight": "wpe.weight", "ln_f.weight": "ln_f.weight",
-             "ln_f.bias": "ln_f.bias"}
+_TOP_KEYS = ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")  # the same names in hoplib's GPT
 _BUFFERS = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers that older transformers saved; not weights
 
 
 def convert_state_dict(state: dict, heads: int, *, source: str = "state dict",
                        dropout: float = DROPOUT) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
-    """Map a ``GPT2Encoder`` state dict (``backbone.`` + HuggingFace ``GPT2Model`` keys) to hoplib's GPT.
-
-    Returns ``(config, state)`` for :class:`hoplib.models.GPT` with the LayerNorm head; depth, width,
-    embedding rows and positions come from the tensors, ``heads`` must be given. Every tensor must be used
-    (only the causal-mask buffers are skipped), finite and of the right shape; otherwise a ``ValueError``
-    names ``source`` and the key: a checkpoint of another configuration must not load half-way.
-    """
+    """Map a ``GPT2Encoder`` state dict (``backbone.`` + ``GPT2Model`` keys) to ``(config, state)`` of hoplib's
+    GPT. Every tensor must be used, finite and of the right shape, else a ``ValueError`` names ``source`` and
+    the key: a checkpoint of another configuration must not load half-way."""
     if not isinstance(state, dict) or not state:
         raise ValueError(f"{source} is not a checkpoint: expected a non-empty state dict, got {type(state).__name__}")
     hf = {}
@@ -287,18 +247,15 @@ def convert_state_dict(state: dict, heads: int, *, source: str = "state dict",
             hf[key.removeprefix("backbone.")] = val
     if missing := [k for k in _TOP_KEYS if k not in hf]:
         raise ValueError(f"{source}: missing key backbone.{missing[0]}")
-    rows, m = hf["wte.weight"].shape
-    depth = 0
-    while f"h.{depth}.ln_1.weight" in hf:
-        depth += 1
+    depth = next(i for i in range(len(hf) + 1) if f"h.{i}.ln_1.weight" not in hf)
+    (rows, m), n_positions = hf["wte.weight"].shape, hf["wpe.weight"].shape[0]
     if depth == 0 or m % heads:
         raise ValueError(f"{source}: no transformer blocks, or width {m} not a multiple of heads = {heads}")
-    cfg = GPTConfig(vocab_size=rows, n_positions=hf["wpe.weight"].shape[0], depth=depth, d_model=m, heads=heads,
+    cfg = GPTConfig(vocab_size=rows, n_positions=n_positions, depth=depth, d_model=m, heads=heads,
                     dropout=dropout, head="layernorm")
-    want = GPT(cfg).state_dict()
-    out: dict[str, torch.Tensor] = {}
-    pairs = [(k, v, False) for k, v in _TOP_KEYS.items()]
-    pairs += [(f"h.{i}.{k}", f"blocks.{i}.{v}", t) for i in range(cfg.depth) for k, (v, t) in _BLOCK_KEYS.items()]
+    want, out = GPT(cfg).state_dict(), {}
+    pairs = [(k, k, False) for k in _TOP_KEYS]
+    pairs += [(f"h.{i}.{k}", f"blocks.{i}.{v}", t) for i in range(depth) for k, (v, t) in _BLOCK_KEYS.items()]
     for hf_key, key, transpose in pairs:
         if hf_key not in hf:
             raise ValueError(f"{source}: missing key backbone.{hf_key}")
@@ -326,7 +283,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu",
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     if heads is None:
         d = file_digests(path)
-        match = [n for n in RELEASED if d["sha256"] == SHA256.get(n) or d["git_blob"] == GIT_BLOB[n]]
+        match = [n for n in RELEASED if d["sha256"] == SHA256.get(n) or d["git_blob"] == GIT_BLOB.get(n)]
         if not match:
             raise ValueError(f"{path} is not a released file with a known hash; pass heads= (the authors used "
                              f"H = m / 32: 4 for m = 128, 8 for m = 256)")
@@ -357,20 +314,11 @@ def per_k_error_dropout(model: GPT, task: HopTask, *, n_samples: int = 100, seed
                         metric: str = "pooled", ks: list[int] | None = None) -> dict[int, float]:
     """Per-k error with dropout on (the model in training mode), as the authors' evaluation ran. Same samples
     as :func:`hoplib.evaluate.per_k_error`; the masks come from ``dropout_seed``; the mode is restored."""
-    ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
-    dev, was_training = next(model.parameters()).device, model.training
-    out: dict[int, float] = {}
-    try:
-        model.train()
-        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-            torch.manual_seed(dropout_seed)
-            for k in ks:
-                x, y = task.sample(n_samples, k=k, seed=seed + k, device=dev)
-                pred = torch.cat([model(x[i:i + 500]).argmax(-1) for i in range(0, n_samples, 500)])
-                out[k] = evaluate.errors_from_predictions(pred, y, task, metric)
-    finally:
-        model.train(was_training)
-    return out
+    dev = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        torch.manual_seed(dropout_seed)
+        return {k: evaluate.errors_from_predictions(evaluate.predictions(model, x, 500, dropout=True), y, task, metric)
+                for k, x, y in evaluate.samples_per_k(task, ks, n_samples, seed, dev)}
 
 
 def evaluate_model(model: GPT, *, n_samples: int = 500, n_dropout: int = 200, seed: int = 0,
@@ -422,16 +370,15 @@ def best_pattern_table(alignment: dict[str, Any], *, authors: bool = False,
 # --------------------------------------------------------------------------- comparison with the paper
 def published_errors(path: str | os.PathLike | None = None) -> dict[tuple[int, int, int], dict[int, float]]:
     """The authors' published errors (pooled metric, 100 samples per k, dropout on) as ``{(L, H, n_train):
-    {k: error}}`` (n_train = -1: fresh samples), by default from the book's copy
-    ``results/training/authors-errors.json``."""
+    {k: error}}`` (n_train = -1: fresh samples), by default from ``results/training/authors-errors.json``."""
     from hoplib._book.results import results_dir
 
     path = Path(path) if path is not None else results_dir() / "training" / "authors-errors.json"
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
     out: dict[tuple[int, int, int], dict[int, float]] = {}
     for key, val in raw.get("errors", raw).items():
-        (depth, heads, n_train), k = ast.literal_eval(key)
-        out.setdefault((depth, heads, n_train), {})[int(k)] = float(val)
+        model_key, k = ast.literal_eval(key)
+        out.setdefault(tuple(model_key), {})[int(k)] = float(val)
     return {key: dict(sorted(row.items())) for key, row in sorted(out.items())}
 
 
@@ -464,10 +411,9 @@ def errors_by_depth(table, column: str = "pooled", *, n_train: int = -1, heads: 
 
 
 def depth_thresholds(errors: dict[int, dict[int, float]], threshold: float = report.THRESHOLD):
-    """Per k >= 1: L*(k) (:func:`hoplib.report.smallest_depth`) beside ⌊log₂k⌋+2 and ⌈log₂k⌉+2, and which it
-    follows: "both" (a power of two), "floor", "ceil", "below floor", "above ceil"; where no depth reaches
-    the threshold, "above floor" if the deepest depth is the floor formula (so L* is at least the ceiling),
-    "above ceil" if it is at least the ceiling, else "not reached" (no information). A pandas DataFrame."""
+    """A DataFrame, per k >= 1: L*(k) (:func:`hoplib.report.smallest_depth`), ⌊log₂k⌋+2, ⌈log₂k⌉+2 and which
+    it follows ("both", "floor", "ceil", "below floor", "above ceil"; if unreached, what the deepest depth
+    rules out: "above ceil", "above floor" or "not reached")."""
     import pandas as pd
 
     star, deepest = report.smallest_depth(errors, threshold=threshold), max(errors)

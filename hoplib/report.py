@@ -1,15 +1,14 @@
 """The book's one depth report: test error against the number of hops k, per model family, depth and width.
 
-Every chapter that trains models on hop_k reports the same thing: for each depth L and hop count k, the test
-error of :mod:`hoplib.evaluate`. :class:`ErrorRecord` is one such point; :func:`error_table` turns records
-into ``{depth: {k: error}}``; :func:`largest_solved` says how far each depth reaches and :func:`smallest_depth`
-gives the empirical depth threshold L*(k) that the paper compares with ⌊log₂ k⌋ + 2 (Theorem 4.2). Both
-count a k as *solved* when its error is at most :data:`THRESHOLD`, the book's one threshold.
+:class:`ErrorRecord` is one point; :func:`error_table` makes ``{depth: {k: error}}``; :func:`largest_solved`
+says how far each depth reaches and :func:`smallest_depth` gives the empirical depth L*(k) that the paper
+compares with ⌊log₂ k⌋ + 2 (Theorem 4.2), both at the book's one threshold :data:`THRESHOLD`.
 """
 
 from __future__ import annotations
 
 import ast
+import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,12 +72,8 @@ def authors_records(data: Mapping[str, Any], *, heads: int = 4, n_train: int | N
 
 
 def chance_error(task: HopTask, metric: str = "paper") -> float:
-    """Error of the best predictor that ignores its input: 1 - 1/|Σ|, for either metric.
-
-    The task's strings (no immediate repeats, the first letter uniform) are invariant under permutations of the
-    alphabet, and so is hop_k; every letter is equally likely as a target, so no input-free guess is right
-    more often than 1/|Σ|. For the paper's 4 letters this is the chance level 3/4 of its figures.
-    """
+    """Error of the best predictor that ignores its input, in either metric: 1 - 1/|Σ| (3/4 for the paper's 4
+    letters), as the task and hop_k are invariant under permutations of the alphabet."""
     return 1.0 - 1.0 / task.alphabet_size
 
 
@@ -116,24 +111,45 @@ def depth_ceil(k: int) -> int:
     return 0 if k == 0 else (k - 1).bit_length() + 2
 
 
+Records = Iterable[ErrorRecord] | Mapping[int, Mapping[int, float]]
+"""Records, or an error table ``{depth: {k: error}}`` (:func:`largest_solved`, :func:`smallest_depth`)."""
+
+
 def _as_table(records: Any, **select: Any) -> dict[int, dict[int, float]]:
     return {d: dict(row) for d, row in records.items()} if isinstance(records, Mapping) else error_table(
         records, **select)
 
 
-def largest_solved(records: Iterable[ErrorRecord] | Mapping[int, Mapping[int, float]], *,
-                   threshold: float = THRESHOLD, **select: Any) -> dict[int, int]:
-    """For each depth, the largest K with error at most ``threshold`` at every k = 1..K (0 when k = 1 fails).
-    ``records`` is a list of records (``family``, ``width``, ``metric`` select, as in :func:`error_table`) or
-    an error table ``{depth: {k: error}}``."""
+def largest_solved(records: Records, *, threshold: float = THRESHOLD,
+                   **select: Any) -> dict[int, int]:
+    """For each depth, the largest K with error at most ``threshold`` at every
+    k = 1..K (0 when k = 1 fails; a missing k fails). ``records``: records (``family``,
+    ``width``, ``metric`` select, as in :func:`error_table`) or a table {depth: {k: error}}.
+    """
     out = {}
     for d, row in _as_table(records, **select).items():
-        ks = sorted(k for k in row if k >= 1)
-        out[d] = next((a for a, b in zip([0, *ks], ks, strict=False) if row[b] > threshold), ks[-1] if ks else 0)
+        out[d] = 0
+        while row.get(out[d] + 1, math.inf) <= threshold:
+            out[d] += 1
     return out
 
 
-def smallest_depth(records: Iterable[ErrorRecord] | Mapping[int, Mapping[int, float]], *,
+def crossing_k(errors: Mapping[int, float],
+               threshold: float = THRESHOLD) -> tuple[float, bool]:
+    """The k where the error first rises above ``threshold``, interpolated
+    linearly between the k before (k = 0 counts as error 0) and that k; with
+    ``True`` when it never does (then the largest k: a lower bound; a missing k
+    ends the known range)."""
+    prev_k, prev_e = 0, 0.0
+    while (k := prev_k + 1) in errors:
+        e = errors[k]
+        if e > threshold:
+            return prev_k + (threshold - prev_e) / (e - prev_e), False
+        prev_k, prev_e = k, e
+    return float(prev_k), True
+
+
+def smallest_depth(records: Records, *,
                    threshold: float = THRESHOLD, **select: Any) -> dict[int, int | None]:
     """Empirical L*(k): for each k, the smallest depth whose error at k is at most ``threshold`` (None if no
     depth does; a depth missing for some k counts as failing). Arguments as for :func:`largest_solved`."""
@@ -143,30 +159,6 @@ def smallest_depth(records: Iterable[ErrorRecord] | Mapping[int, Mapping[int, fl
 
 
 # --------------------------------------------------------------------------- figures
-def _k_axis(ax, ks: list[int], logx: bool) -> None:
-    """Integer ticks at the plotted hop counts; on a log-2 axis with many k, labels at powers of two only."""
-    from matplotlib.ticker import FixedLocator, NullFormatter
-
-    labelled = ks
-    if logx:
-        ax.set_xscale("log", base=2)
-        if len(ks) > 8:
-            labelled = [k for k in ks if k > 0 and k & (k - 1) == 0]
-    ax.set_xticks(labelled, [str(k) for k in labelled])
-    ax.xaxis.set_minor_locator(FixedLocator([k for k in ks if k not in labelled]))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("k (hops)")
-    ax.set_ylabel("test error")
-
-
-def _finish(ax, chance: float | None, title: str) -> None:
-    if chance is not None:
-        ax.axhline(chance, color="0.45", lw=1, ls=":", label="chance")
-    ax.set_ylim(-0.02, max(1.0, (chance or 0) + 0.08))
-    if title:
-        ax.set_title(title)
-
-
 def _metric_of(recs: list[ErrorRecord], metric: str | None) -> str:
     found = {r.metric for r in recs}
     if metric is None and len(found) > 1:
@@ -175,50 +167,46 @@ def _metric_of(recs: list[ErrorRecord], metric: str | None) -> str:
 
 
 def plot_error_vs_k(records: Iterable[ErrorRecord], ax=None, *, family: str | None = None,
-                    width: int | None = None, chance: float | None = None, title: str = "",
-                    metric: str | None = None, logx: bool = False, min_k: int = 0):
-    """Test error against k, one curve per depth (the paper's Figure 2 with ``logx=True, min_k=1``);
-    ``chance`` draws a dotted line. Returns the axes."""
-    import matplotlib.pyplot as plt
-
-    recs = list(records)
-    table = error_table(recs, family=family, width=width, metric=_metric_of(recs, metric))
-    ax = ax or plt.gca()
-    cmap = plt.get_cmap("viridis")
-    for i, d in enumerate(sorted(table)):
-        ks = [k for k in table[d] if k >= min_k]
-        ax.plot(ks, [table[d][k] for k in ks], "o-", ms=4, color=cmap(0.9 * i / max(1, len(table) - 1)),
-                label=f"L = {d}")
-    _k_axis(ax, sorted({k for row in table.values() for k in row if k >= min_k}), logx)
-    _finish(ax, chance, title)
-    ax.legend()
-    return ax
+                    width: int | None = None, **kw: Any):
+    """Test error against k, one curve per depth (the paper's Figure 2 with ``logx=True, min_k=1``); options as
+    for :func:`plot_error_vs_k_groups`. Returns the axes."""
+    return plot_error_vs_k_groups({"": records}, ax, family=family, width=width, **kw)
 
 
 def plot_error_vs_k_groups(groups: Mapping[str, Iterable[ErrorRecord]], ax=None, *,
                            depths: Iterable[int] | None = None, chance: float | None = None, title: str = "",
-                           metric: str | None = None, logx: bool = False, min_k: int = 0):
+                           metric: str | None = None, logx: bool = False, min_k: int = 0, **select: Any):
     """Error against k for several settings at once (Figures 9 and 16-19 of the paper): one colour per group
-    (a width or a training-set size), one line style per depth. Returns the axes."""
+    (a width or a training-set size), one line style per depth; one group gets a colour per depth. ``chance``
+    draws a dotted line. Returns the axes."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullFormatter
 
-    tables = {}
-    for label, recs in groups.items():
-        recs = list(recs)
-        tables[label] = error_table(recs, metric=_metric_of(recs, metric))
-    keep = None if depths is None else set(depths)
-    all_depths = sorted({d for t in tables.values() for d in t if keep is None or d in keep})
+    tables = {label: error_table(recs, metric=_metric_of(recs, metric), **select)
+              for label, recs in ((label, list(recs)) for label, recs in groups.items())}
+    all_depths = sorted({d for t in tables.values() for d in t if depths is None or d in set(depths)})
     ax = ax or plt.gca()
-    colours, styles = plt.get_cmap("plasma"), ["-", "--", ":", "-."]
     for i, (label, table) in enumerate(tables.items()):
-        colour = colours(0.85 * i / max(1, len(tables) - 1))
         for j, d in enumerate(all_depths):
-            if d in table:
-                ks = [k for k in table[d] if k >= min_k]
-                ax.plot(ks, [table[d][k] for k in ks], marker="o", ms=4, ls=styles[j % len(styles)],
-                        color=colour, label=f"{label}, L = {d}")
-    _k_axis(ax, sorted({k for t in tables.values() for d in all_depths for k in t.get(d, {}) if k >= min_k}), logx)
-    _finish(ax, chance, title)
+            if d not in table:
+                continue
+            if len(tables) == 1:  # one colour per depth
+                colour, ls = plt.get_cmap("viridis")(0.9 * j / max(1, len(all_depths) - 1)), "-"
+            else:  # one colour per group, one line style per depth
+                colour, ls = plt.get_cmap("plasma")(0.85 * i / max(1, len(tables) - 1)), ["-", "--", ":", "-."][j % 4]
+            ks = [k for k in table[d] if k >= min_k]
+            ax.plot(ks, [table[d][k] for k in ks], marker="o", ms=4, ls=ls, color=colour,
+                    label=f"{label}, L = {d}" if label else f"L = {d}")
+    ks = sorted({k for t in tables.values() for d in all_depths for k in t.get(d, {}) if k >= min_k})
+    labelled = [k for k in ks if k > 0 and k & (k - 1) == 0] if logx and len(ks) > 8 else ks
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(labelled, [str(k) for k in labelled])
+    ax.xaxis.set_minor_locator(FixedLocator([k for k in ks if k not in labelled]))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if chance is not None:
+        ax.axhline(chance, color="0.45", lw=1, ls=":", label="chance")
+    ax.set(xlabel="k (hops)", ylabel="test error", ylim=(-0.02, max(1.0, (chance or 0) + 0.08)), title=title)
     ax.legend(ncol=2 if len(ax.get_lines()) > 7 else 1)
     return ax
 
@@ -262,40 +250,67 @@ def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = 
     return {label: largest_solved(list(recs), threshold=threshold) for label, recs in groups.items()}
 
 
-@dataclass(frozen=True)
-class ReferenceRuns:
-    """The stored runs of one training-chapter grid (:func:`reference_groups`)."""
+def run_rows(run: str, rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tidy rows (:func:`records_from_table`'s input) of one complete training run record: one per (k, metric)."""
+    c = rec["config"]
+    labels = {"run": run, "depth": c["depth"], "d_model": c["d_model"], "heads": c["heads"],
+              "n_train": c.get("n_train"), "seed": c.get("seed", 0), "steps": c["steps"]}
+    return [{**labels, "k": int(k), "metric": metric, "error": float(e)}
+            for metric, key in (("paper", "per_k_error"), ("pooled", "per_k_error_pooled"))
+            for k, e in rec[key].items()]
 
-    grid: str
+
+@dataclass(frozen=True)
+class StoredSweep:
+    """The finished runs of a stored training sweep ``results/training/<name>/`` (``missing``: runs not stored)."""
+
+    name: str
     runs: tuple[Stored, ...]
+    missing: tuple[str, ...] = ()
 
     @property
     def configs(self) -> list[dict[str, Any]]:
         return [s.record["config"] for s in self.runs]
 
+    @property
+    def task(self) -> HopTask:
+        from hoplib.train import RunConfig
+
+        return RunConfig.from_dict(self.configs[0]).task
+
+    def table(self) -> list[dict[str, Any]]:
+        """One tidy row per (run, k, metric) (:func:`run_rows`)."""
+        return [r for s in self.runs for r in run_rows(s.path.parent.name, s.record)]
+
+    def records(self, n_train: int | None | str = None, metric: str = "paper") -> list[ErrorRecord]:
+        """The errors of one training-set size (None: fresh samples) in one metric, as records."""
+        return [r for r in records_from_table(self.table(), n_train=n_train) if r.metric == metric]
+
+    def wall_time_s(self) -> float:
+        return float(sum(s.record["provenance"].get("wall_time_s", 0.0) for s in self.runs))
+
     def provenance_html(self, summary: str = "Provenance") -> str:
-        items = "".join(f"<li><code>{s.name}</code>: {s.origin}</li>" for s in self.runs)
-        return (f"<details><summary>{summary}: {len(self.runs)} runs in results/training/{self.grid}/"
-                f"</summary><ul>{items}</ul></details>")
+        """One collapsed ``<details>`` block: the sweep's folder and one provenance line per run."""
+        lines = "".join(f"<li><code>{html.escape(s.path.parent.name)}</code>: {html.escape(s.origin)}</li>"
+                        for s in self.runs)
+        gone = f"<p>not stored yet: {html.escape(', '.join(self.missing))}</p>" if self.missing else ""
+        return (f"<details><summary>{html.escape(summary)}: {len(self.runs)} stored runs in "
+                f"<code>results/training/{html.escape(self.name)}/</code></summary><ul>{lines}</ul>{gone}</details>")
 
 
-def reference_groups(grid: str, label: str = "transformer") -> tuple[dict[str, list[ErrorRecord]], ReferenceRuns]:
+def reference_groups(grid: str, label: str = "transformer") -> tuple[dict[str, list[ErrorRecord]], StoredSweep]:
     """The training chapter's stored transformers of grid ``grid`` (``results/training/<grid>/``, fresh
     samples) as :func:`reach_table` groups, one per seed (``"<label>, seed <s>"``), and those runs."""
-    groups: dict[str, list[ErrorRecord]] = {}
-    runs = []
-    for path in sorted((results_dir() / "training" / grid).glob("*/results.json")):
-        stored = load_stored(f"training/{grid}/{path.parent.name}/results.json")
-        c = stored.record["config"]
-        if not stored.record.get("complete") or c["n_train"] is not None:
-            continue
-        runs.append(stored)
-        groups.setdefault(f"{label}, seed {c['seed']}", []).extend(
-            ErrorRecord(label, c["depth"], int(k), e, c["d_model"], "paper", path.parent.name)
-            for k, e in stored.record["per_k_error"].items())
-    if not groups:
+    runs = [s for p in sorted((results_dir() / "training" / grid).glob("*/results.json"))
+            if (s := load_stored(f"training/{grid}/{p.parent.name}/results.json")).record.get("complete")
+            and s.record["config"]["n_train"] is None]
+    if not runs:
         raise ValueError(f"no finished run of the {grid!r} sweep is stored under results/training/{grid}/")
-    return dict(sorted(groups.items())), ReferenceRuns(grid, tuple(runs))
+    sweep = StoredSweep(grid, tuple(runs))
+    groups = {f"{label}, seed {seed}": [ErrorRecord(label, r.depth, r.k, r.error, r.width, "paper", r.run)
+                                        for r in recs]
+              for seed, recs in records_by_seed(sweep.records()).items()}
+    return groups, sweep
 
 
 def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, threshold: float = THRESHOLD,
@@ -322,3 +337,28 @@ def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, thresho
         ax.set_title(title, fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def plot_growth(kstar: Any, refs: Mapping[str, Mapping[int, float]], ax=None, *,
+                threshold: float = THRESHOLD):
+    """The k where the error crosses ``threshold`` against depth, log scale: ``kstar`` (a DataFrame indexed by
+    (depth, seed) with ``k*``, ``censored`` and optionally ``2.5%``/``97.5%`` bootstrap bounds) one dot a seed,
+    ``refs`` one line each ({depth: k*}), and the largest k the depth formulas of Theorem 4.2 allow."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
+    L = np.arange(2, 7)
+    ax.plot(L, 2.0 ** (L - 1) - 1, "--", color="0.55", label="⌊log₂k⌋+2 ≤ L (Theorem 4.2)")
+    ax.plot(L, 2.0 ** (L - 2), ":", color="0.55", label="⌈log₂k⌉+2 ≤ L (one lookup a layer)")
+    for i, (_, g) in enumerate(kstar.reset_index().groupby("seed")):
+        g = g.set_index("depth")
+        bars = [g["k*"] - g["2.5%"], g["97.5%"] - g["k*"]] if "2.5%" in g else None
+        ax.errorbar(g.index + 0.06 * (i - 1), g["k*"], yerr=bars, fmt="o", ms=4, color="C0",
+                    label=None if i else "ours, N = 64 (each seed)")
+        ax.plot(g.index[g.censored], g["k*"][g.censored], "^", color="C0", ms=8)
+    for i, (label, row) in enumerate(refs.items()):
+        ax.plot(list(row), list(row.values()), "sD"[i % 2] + "-", color=f"C{i + 1}", label=label)
+    ax.set_yscale("log", base=2)
+    ax.set(xlabel="depth L", ylabel=f"k where the error crosses {threshold}", xticks=L)
+    ax.legend(fontsize="small", loc="upper left")
+    return ax.figure

@@ -4,16 +4,14 @@ with provenance, resumable.
     rows = run_sweep(job, points, "results/rnn/cpu/sweep.json", params, workers=2)
     rows = run_sweep(job, points, path, params, executor=slurm_executor("runs/slurm", slurm_partition="gpu"))
 
-``job(index, point)`` returns the records of one point (a dict or a list of dicts); it must be picklable (a
-module-level function or a ``functools.partial`` of one). Every finished point is kept in
-``<stem>.partial.json``, written atomically, so a run that stops (a crash, a pre-empted job, a closed session)
-resumes where it left off when it is started again with the same points and parameters. The final file is
-written atomically with provenance; an existing one is replaced only with ``overwrite=True``.
+``job(index, point)`` returns the records of one point (a dict or a list of dicts) and must be picklable. Every
+finished point is kept in ``<stem>.partial.json``, written atomically, so a stopped run resumes where it left off
+when started again with the same points and parameters. An existing final file is replaced only with
+``overwrite=True``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -25,29 +23,6 @@ from typing import Any
 Job = Callable[[int, Any], Any]
 
 
-def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
-    """The options every stored-sweep command shares (checked by :func:`run_device`)."""
-    parser.add_argument("--workers", type=int, default=1, help="CPU worker processes, one thread each")
-    parser.add_argument("--seed", type=int, default=0, help=seed_help)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
-    parser.add_argument("--slurm", metavar="FOLDER", default=None,
-                        help="submit the points as a Slurm job array (submitit), logs in FOLDER")
-    parser.add_argument("--partition", default=None, help="Slurm partition (with --slurm)")
-
-
-def run_device(args: argparse.Namespace) -> str:
-    """The resolved device of :func:`add_run_options`; several local workers are for CPU runs only."""
-    from hoplib._book.device import get_device
-
-    if args.workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {args.workers}")
-    device = str(get_device(args.device))
-    if args.workers > 1 and device != "cpu":
-        raise ValueError("--workers > 1 is for CPU runs")
-    return device
-
-
 def slurm_executor(folder: str | Path, *, cluster: str | None = None, timeout_min: int = 24 * 60,
                    gpus_per_node: int = 1, **parameters: Any) -> Any:
     """A submitit executor for a Slurm job array (``cluster="local"`` runs the same jobs as local processes,
@@ -55,16 +30,9 @@ def slurm_executor(folder: str | Path, *, cluster: str | None = None, timeout_mi
     import submitit
 
     executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
-    executor.update_parameters(timeout_min=timeout_min, **({} if cluster == "local" else
-                                                           {"gpus_per_node": gpus_per_node}), **parameters)
+    gpus = {} if cluster == "local" else {"gpus_per_node": gpus_per_node}
+    executor.update_parameters(timeout_min=timeout_min, **gpus, **parameters)
     return executor
-
-
-def executor_from_args(args: argparse.Namespace) -> Any:
-    """The Slurm executor that ``--slurm``/``--partition`` ask for, or ``None`` for local workers."""
-    if not getattr(args, "slurm", None):
-        return None
-    return slurm_executor(args.slurm, **({"slurm_partition": args.partition} if args.partition else {}))
 
 
 def _one_thread() -> None:
@@ -78,8 +46,8 @@ def map_points(fn: Job, points: Sequence[Any], *, workers: int = 1, device: str 
                done: dict[int, Any] | None = None) -> list[Any]:
     """``[fn(i, point) for i, point in enumerate(points)]``: in this process, in ``workers`` spawned processes
     of one thread each (CPU only), or as one job array of a submitit ``executor``. Points already in ``done``
-    (index -> result, updated in place) are not run again. ``on_result`` is called after every finished point
-    with the results so far, in the points' order."""
+    (index -> result, updated in place) are not run again; ``on_result`` gets the results so far, in order,
+    after every finished point."""
     if workers > 1 and str(device) != "cpu":
         raise ValueError("workers > 1 is for CPU runs; on a GPU use workers=1")
     done = {} if done is None else done
@@ -108,17 +76,6 @@ def map_points(fn: Job, points: Sequence[Any], *, workers: int = 1, device: str 
     return [done[i] for i in range(len(points))]
 
 
-def _rows(results: Sequence[Any]) -> list[Any]:
-    return [r for res in results for r in (res if isinstance(res, list) else [res])]
-
-
-def _check_target(path: Path, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise ValueError(f"{path} exists; pass --overwrite to replace it")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ValueError(f"{path.parent} is not a folder")
-
-
 def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[str, Any], *, device: str = "cpu",
               workers: int = 1, overwrite: bool = False, executor: Any = None) -> list[Any]:
     """Run ``job`` on every point and store the records (flattened) in ``path`` with provenance.
@@ -126,13 +83,13 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
     Finished points are kept in ``<stem>.partial.json`` (with the points and parameters they belong to); a
     later call with the same points and parameters resumes from it, a call with others starts afresh.
     """
-    from hoplib._book.provenance import save_results
+    from hoplib._book.results import save_results
 
     path = Path(path)
-    _check_target(path, overwrite)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{path} exists; pass --overwrite to replace it")
     partial = path.with_name(path.stem + ".partial.json")
-    points = [dict(p) if isinstance(p, dict) else p for p in points]
-    key = json.loads(json.dumps({"points": points, "params": params}, default=str))
+    key = json.loads(json.dumps({"points": list(points), "params": params}, default=str))
     done: dict[int, Any] = {}
     if partial.exists():
         kept = json.loads(partial.read_text(encoding="utf-8"))["data"]
@@ -145,13 +102,10 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
                      {**params, "complete": False}, device)
 
     t0 = time.perf_counter()
-    ordered = map_points(job, points, workers=workers, device=device, executor=executor, done=done,
+    results = map_points(job, points, workers=workers, device=device, executor=executor, done=done,
                          on_result=keep)
-    rows = _rows(ordered)
+    rows = [r for res in results for r in (res if isinstance(res, list) else [res])]
     out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
     partial.unlink(missing_ok=True)
     print(f"wrote {out} ({len(rows)} records, {time.perf_counter() - t0:.0f} s)")
     return rows
-
-
-__all__ = ["add_run_options", "executor_from_args", "map_points", "run_device", "run_sweep", "slurm_executor"]

@@ -1,13 +1,8 @@
-"""The book's one training loop (Section 4.2 and Appendix G of the paper), with resumable checkpoints.
+"""The book's one training loop (Section 4.2, Appendix G): :func:`optimise` (every model family), :func:`fit`
+(one model on hop_k), :func:`fit_ensemble` (E GPTs at once), :func:`train_run` (a stored :class:`RunConfig`).
 
-:class:`TrainConfig` holds the authors' recipe (AdamW, weight decay 0.01, learning rate 1e-4 with linear
-warmup over 1000 steps and linear decay to 0, batch 32, fresh samples every step or ``n_train`` fixed ones
-cycled in order); :func:`optimise` is the loop every model family of the book trains through, :func:`fit`
-trains one model on hop_k with it and :func:`fit_ensemble` E stacked GPTs at once. The batch of step t has
-seed ``train_seed(seed, t)``, disjoint from the test seeds of :mod:`hoplib.evaluate`. Checkpoints carry a
-sha256 of their contents, are written atomically, loaded with ``weights_only=True`` and refused when damaged,
+Checkpoints carry a sha256, are written atomically, loaded with ``weights_only=True`` and refused when damaged,
 non-finite or of another run; a run killed at any moment resumes to the weights of an uninterrupted one (CPU).
-A stored run is a :class:`RunConfig` trained by :func:`train_run` into a folder (``scripts/run_training.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import time
 from array import array
@@ -28,7 +24,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hoplib._book.device import autocast, get_device, seed_everything
-from hoplib._book.provenance import atomic_write, atomic_write_text
+from hoplib._book.results import atomic_write, atomic_write_text, provenance
+from hoplib.evaluate import per_k_error, per_k_errors, samples_per_k
+from hoplib.models import GPT, GPTConfig, GPTEnsemble, count_parameters
 from hoplib.tasks import HopTask
 
 CHECKPOINT_FORMAT = 2  # 2: with a sha256 checksum of the contents
@@ -59,11 +57,9 @@ class RunConflictError(ValueError):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The optimisation settings of one run; the defaults are the authors' recipe (Appendix G).
-
-    ``n_train=None`` draws fresh samples every step; ``seed`` (0..127) fixes the data stream and dropout;
-    every ``eval_every`` steps the loop records :func:`hoplib.evaluate.per_k_error` on ``eval_samples`` per k.
-    """
+    """The optimisation settings of one run; the defaults are the authors' recipe (Appendix G: AdamW, linear
+    warmup and decay). ``n_train=None`` draws fresh samples every step; ``seed`` (0..127) fixes the data and
+    dropout; every ``eval_every`` steps the loop records :func:`hoplib.evaluate.per_k_error`."""
 
     steps: int
     batch_size: int = 32
@@ -94,6 +90,17 @@ def linear_warmup_decay(step: int, *, steps: int, warmup_steps: int) -> float:
     return max(0.0, (steps - step) / max(1, steps - warmup_steps))
 
 
+@dataclass
+class _Schedule:
+    """:func:`linear_warmup_decay` for LambdaLR, whose state dict (in checkpoints) holds these two fields."""
+
+    steps: int
+    warmup_steps: int
+
+    def __call__(self, step: int) -> float:
+        return linear_warmup_decay(step, steps=self.steps, warmup_steps=self.warmup_steps)
+
+
 def train_seed(seed: int, step: int) -> int:
     """Seed of the training batch drawn at ``step`` for run seed ``seed`` (fresh-sample mode)."""
     return _TRAIN_SEED_BASE + seed * 2**24 + step
@@ -101,27 +108,20 @@ def train_seed(seed: int, step: int) -> int:
 
 class DataStream:
     """Training batches for one model: fresh samples each step, or ``n_train`` fixed samples cycled in order
-    (only ``floor(n_train / B) * B`` of them are used, as in the authors' code)."""
+    (only ``n_used = floor(n_train / B) * B`` of them, as in the authors' code)."""
 
     def __init__(self, task: HopTask, batch_size: int, n_train: int | None, seed: int, device: torch.device):
         self.task, self.batch_size, self.seed, self.device = task, batch_size, seed, device
-        self.fixed = None
+        self.fixed, self.n_used = None, None
         if n_train is not None:
-            self.n_batches = n_train // batch_size
-            if self.n_batches == 0:
-                raise ValueError(f"n_train must be >= batch_size = {batch_size}, got {n_train}")
+            self.n_used = n_train // batch_size * batch_size
             x, y = task.sample(n_train, seed=_FINITE_SEED_BASE + seed, device=device)
-            used = self.n_batches * batch_size
-            self.fixed = (x[:used], y[:used])
-
-    @property
-    def n_used(self) -> int | None:
-        return None if self.fixed is None else self.n_batches * self.batch_size
+            self.fixed = (x[:self.n_used], y[:self.n_used])
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.fixed is None:
             return self.task.sample(self.batch_size, seed=train_seed(self.seed, step), device=self.device)
-        i = (step % self.n_batches) * self.batch_size
+        i = step * self.batch_size % self.n_used
         return self.fixed[0][i:i + self.batch_size], self.fixed[1][i:i + self.batch_size]
 
 
@@ -155,10 +155,9 @@ def _digest(obj: Any, h: Any) -> None:
             h.update(f"{k!r}:".encode())
             _digest(v, h)
         h.update(b"}")
+    elif isinstance(obj, (list, tuple)) and obj and all(type(v) is float for v in obj):  # loss histories
+        h.update(b"F" + array("d", obj).tobytes())
     elif isinstance(obj, (list, tuple)):
-        if obj and all(type(v) is float for v in obj):  # loss histories: fast path
-            h.update(b"F" + array("d", obj).tobytes())
-            return
         h.update(b"[")
         for v in obj:
             _digest(v, h)
@@ -181,31 +180,27 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     return atomic_write(path, lambda fh: torch.save(state, fh), binary=True)
 
 
-def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+def remove_stale_temporaries(path: str | os.PathLike) -> None:
     """Delete the temporary files ``.<name>.*.tmp`` that a killed atomic write of ``path`` left behind."""
     path = Path(path)
-    stale = sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
-    for p in stale:
+    for p in path.parent.glob(f".{path.name}.*.tmp") if path.parent.is_dir() else []:
         p.unlink(missing_ok=True)
-    return stale
 
 
 def _non_finite(state: dict[str, Any]) -> str | None:
     """Name of the first non-finite floating tensor among the model's and the optimiser's, else None."""
     tensors = list(state["model"].items())
     for i, s in enumerate(state.get("optimizer", {}).get("state", {}).values()):
-        tensors += [(f"optimizer state {i} {k}", v) for k, v in s.items() if isinstance(v, torch.Tensor)]
-    for name, t in tensors:
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            return name
-    return None
+        tensors += [(f"optimizer state {i} {k}", v) for k, v in s.items()]
+    return next((name for name, t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()
+                 and not bool(torch.isfinite(t).all())), None)
 
 
 def load_checkpoint(path: str | os.PathLike, *, expected: dict[str, Any] | None = None,
                     map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint with ``weights_only=True``; :class:`CheckpointError` if it is unreadable, not a
     hoplib checkpoint, damaged (checksum), non-finite, or written with settings other than ``expected``."""
-    path, fix = Path(path), "delete it to start over"
+    fix = "delete it to start over"
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds of errors for a damaged file
@@ -220,8 +215,8 @@ def load_checkpoint(path: str | os.PathLike, *, expected: dict[str, Any] | None 
         raise CheckpointError(f"checkpoint {path} holds non-finite values ({bad}); {fix}")
     saved = state.get("settings", {})
     if expected is not None and saved != expected:
-        diff = sorted(k for k in set(saved) | set(expected) if saved.get(k) != expected.get(k))
-        details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {expected.get(k)!r}" for k in diff)
+        details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {expected.get(k)!r}"
+                            for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k))
         raise CheckpointError(f"checkpoint {path} belongs to a different run ({details}); "
                               "use another output folder or delete the checkpoint")
     return state
@@ -270,33 +265,43 @@ def _check_finite_weights(model: nn.Module, step: int, history: dict[str, Any]) 
                             "learning rate or lengthen the warmup", history, step)
 
 
-def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor], config: TrainConfig, *,
-             device: str | torch.device, progress: bool = True, desc: str = "train",
-             eval_fn: Callable[[], dict] | None = None, checkpoint: str | os.PathLike | None = None,
-             checkpoint_every: int | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """THE loop: AdamW with linear warmup and decay; ``step_loss(step)`` returns a scalar loss, or one per
-    model of an ensemble (summed for the backward pass). With ``checkpoint`` the state is saved every
-    ``checkpoint_every`` steps and at the end, and an existing checkpoint of the same ``config`` and
-    ``settings`` is resumed. Returns the history ``{"loss", "evals", "steps_done", "wall_time_s"}``."""
+def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor],
+             config: TrainConfig, *, device: str | torch.device,
+             progress: bool = True, desc: str = "train",
+             eval_fn: Callable[[], dict] | None = None,
+             checkpoint: str | os.PathLike | None = None,
+             checkpoint_every: int | None = None,
+             settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """THE loop: AdamW, linear warmup and decay, on ``step_loss(step)`` (one loss,
+    or one per model of an ensemble). With ``checkpoint``, saves every
+    ``checkpoint_every`` steps and resumes a checkpoint of the same ``config``
+    and ``settings``. Returns ``{"loss", "evals", "steps_done", "wall_time_s"}``."""
     dev = get_device(device)
-    fused = dev.type == "cuda" and all(p.is_cuda and p.is_floating_point() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+    params = list(model.parameters())
+    fused = dev.type == "cuda" and all(p.is_cuda and p.is_floating_point()
+                                       for p in params)
+    opt = torch.optim.AdamW(params, lr=config.lr,
+                            weight_decay=config.weight_decay,
                             **({"fused": True} if fused else {}))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _Schedule(config.steps, config.warmup_steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, _Schedule(config.steps, config.warmup_steps))
     checkpoint = None if checkpoint is None else Path(checkpoint)
     identity = {**config.to_dict(), **(settings or {})}
-    history, start = _resume(model, opt, sched, config, dev, checkpoint, identity)
+    history, start = _resume(model, opt, sched, config, dev, checkpoint,
+                             identity)
     buf: list[torch.Tensor] = []
     wall0, t0 = float(history["wall_time_s"]), time.perf_counter()
 
     def due(done: int, every: int | None) -> bool:
-        return (every is not None and done % every == 0) or done == config.steps
+        every_step = every is not None and done % every == 0
+        return every_step or done == config.steps
 
     if progress:
         from tqdm.auto import tqdm
-    else:  # plain tqdm, disabled: importing tqdm.auto warns in notebooks without ipywidgets
+    else:  # tqdm.auto warns in notebooks without ipywidgets
         from tqdm import tqdm
-    bar = tqdm(total=config.steps, initial=start, disable=not progress, desc=desc, leave=False)
+    bar = tqdm(total=config.steps, initial=start, disable=not progress,
+               desc=desc, leave=False)
     model.train()
     try:
         for step in range(start, config.steps):
@@ -308,19 +313,22 @@ def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor], config:
             sched.step()
             buf.append(loss.detach())
             done = history["steps_done"] = step + 1
-            if len(buf) >= _FLUSH_EVERY or done == config.steps:
+            do_eval = eval_fn and config.eval_every and due(done, config.eval_every)
+            save = checkpoint is not None and due(done, checkpoint_every)
+            if do_eval or save or len(buf) >= _FLUSH_EVERY:
                 _flush(buf, history, config)
-            if eval_fn is not None and config.eval_every and due(done, config.eval_every):
-                _flush(buf, history, config)
+            if do_eval:
+                _check_finite_weights(model, done, history)
                 history["evals"].append({"step": done, **eval_fn()})
                 model.train()
-            if checkpoint is not None and due(done, checkpoint_every):
-                _flush(buf, history, config)
+            if save:
                 _check_finite_weights(model, done, history)
                 history["wall_time_s"] = wall0 + time.perf_counter() - t0
-                save_checkpoint(checkpoint, {"step": done, "settings": identity, "model": model.state_dict(),
-                                             "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                                             "rng": _rng_state(dev), "history": history})
+                save_checkpoint(checkpoint, {
+                    "step": done, "settings": identity,
+                    "model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "rng": _rng_state(dev),
+                    "history": history})
             bar.update(1)
         _flush(buf, history, config)
         _check_finite_weights(model, history["steps_done"], history)
@@ -330,42 +338,40 @@ def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor], config:
     return history
 
 
-class _Schedule:
-    """The learning-rate factor as a callable for LambdaLR (its state is given by ``steps`` and warmup)."""
-
-    def __init__(self, steps: int, warmup_steps: int):
-        self.steps, self.warmup_steps = steps, warmup_steps
-
-    def __call__(self, step: int) -> float:
-        return linear_warmup_decay(step, steps=self.steps, warmup_steps=self.warmup_steps)
-
-
 # --------------------------------------------------------------------------- hop_k training
-def fit(model: nn.Module, task: HopTask, config: TrainConfig, *, device: str | torch.device = "auto",
-        progress: bool = True, compile: bool = False, checkpoint: str | os.PathLike | None = None,
-        checkpoint_every: int | None = None, checkpoint_meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train ``model`` (ids (B, T) -> logits (B, T, C)) on ``task``: cross-entropy over every position of a
-    batch from :class:`DataStream`, through :func:`optimise`. Returns its history plus ``n_train_used``."""
+def _cross_entropy(logits: torch.Tensor, y: torch.Tensor, **kw: Any) -> torch.Tensor:
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), **kw)
+
+
+def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
+        device: str | torch.device = "auto", progress: bool = True,
+        compile: bool = False, checkpoint: str | os.PathLike | None = None,
+        checkpoint_every: int | None = None,
+        checkpoint_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train ``model`` (ids (B, T) -> logits (B, T, C)) on ``task`` through
+    :func:`optimise`: cross-entropy over every position of a batch from a
+    :class:`DataStream`. Returns the history plus ``n_train_used``."""
     dev = get_device(device)
     model.to(dev)
-    stream = DataStream(task, config.batch_size, config.n_train, config.seed, dev)
+    stream = DataStream(task, config.batch_size, config.n_train, config.seed,
+                        dev)
     forward = torch.compile(model) if compile else model
 
     def step_loss(step: int) -> torch.Tensor:
         x, y = stream.batch(step)
-        logits = forward(x)
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return _cross_entropy(forward(x), y)
 
     def eval_fn() -> dict[str, Any]:
-        from hoplib.evaluate import per_k_error
-        return {"per_k_error": per_k_error(model, task, n_samples=config.eval_samples, device=dev)}
+        n = config.eval_samples
+        return {"per_k_error": per_k_error(model, task, n_samples=n, device=dev)}
 
-    settings = {"task": repr(task), "model_class": type(model).__name__, **(checkpoint_meta or {})}
-    hist = optimise(model, step_loss, config, device=dev, progress=progress, desc="train",
-                    eval_fn=eval_fn if config.eval_every else None, checkpoint=checkpoint,
-                    checkpoint_every=checkpoint_every, settings=settings)
-    hist["n_train_used"] = stream.n_used
-    return hist
+    settings = {"task": repr(task), "model_class": type(model).__name__,
+                **(checkpoint_meta or {})}
+    hist = optimise(model, step_loss, config, device=dev, progress=progress,
+                    eval_fn=eval_fn if config.eval_every else None,
+                    checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                    settings=settings)
+    return {**hist, "n_train_used": stream.n_used}
 
 
 def fit_ensemble(models: Sequence[nn.Module], task: HopTask, configs: Sequence[TrainConfig], *,
@@ -375,11 +381,8 @@ def fit_ensemble(models: Sequence[nn.Module], task: HopTask, configs: Sequence[T
     """Train E GPTs of one architecture at once, as one :class:`hoplib.models.GPTEnsemble`; their configs may
     differ only in ``seed`` and ``n_train``. Model e sees exactly the data of ``fit(models[e], task,
     configs[e])``, and since AdamW is elementwise the result equals E separate runs up to float rounding."""
-    from hoplib.models import GPTEnsemble
-
     c0, e = configs[0], len(models)
-    if len(configs) != e or any(dataclasses.replace(c, seed=0, n_train=None) !=
-                                dataclasses.replace(c0, seed=0, n_train=None) for c in configs):
+    if len(configs) != e or len({dataclasses.replace(c, seed=0, n_train=None) for c in configs}) != 1:
         raise ValueError("an ensemble needs one TrainConfig per model, equal up to seed and n_train")
     dev = get_device(device)
     ens = GPTEnsemble([m.to(dev) for m in models]).to(dev)
@@ -387,14 +390,10 @@ def fit_ensemble(models: Sequence[nn.Module], task: HopTask, configs: Sequence[T
     forward = torch.compile(ens) if compile else ens
 
     def step_loss(step: int) -> torch.Tensor:
-        batches = [s.batch(step) for s in streams]
-        x, y = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
-        logits = forward(x)
-        per = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
-        return per.view(e, -1).mean(dim=1)
+        x, y = (torch.stack(b) for b in zip(*(s.batch(step) for s in streams), strict=True))
+        return _cross_entropy(forward(x), y, reduction="none").view(e, -1).mean(dim=1)
 
     def eval_fn() -> dict[str, Any]:
-        from hoplib.evaluate import per_k_error
         return {"per_k_error": [per_k_error(m, task, n_samples=c0.eval_samples, device=dev) for m in ens.unstack()]}
 
     settings = {"n_trains": [c.n_train for c in configs], "seeds": [c.seed for c in configs], "task": repr(task),
@@ -419,9 +418,8 @@ RUN_KEYS = _MODEL_KEYS + _TASK_KEYS + _TRAIN_KEYS + ("eval_seed",)
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that determines a stored run: the task, the GPT, the optimisation (``train``) and the seed
-    of the final evaluation. The defaults are the paper's task and the authors' recipe with 10^5 steps;
-    ``head="linear"`` and ``dropout=0`` are the book's (``"layernorm"``, 0.1 the authors'). Stored in
+    """Everything that determines a stored run (task, GPT, ``train``, final evaluation seed); the defaults are
+    the paper's task and recipe with 10^5 steps, with the book's ``head="linear"`` and ``dropout=0``. Stored in
     results.json as the flat dict :meth:`to_dict`, read back with :meth:`from_dict`."""
 
     depth: int
@@ -443,18 +441,14 @@ class RunConfig:
     def task(self) -> HopTask:
         return HopTask(seq_len=self.seq_len, alphabet_size=self.alphabet_size, max_hops=self.max_hops)
 
-    def model_config(self):
-        from hoplib.models import GPTConfig
-
+    def model_config(self) -> GPTConfig:
         task = self.task
         return GPTConfig(vocab_size=task.vocab_size, n_positions=task.length, depth=self.depth,
                          d_model=self.d_model, heads=self.heads, dropout=self.dropout, head=self.head,
                          n_classes=None if self.head == "layernorm" else task.vocab_size)
 
-    def init_model(self, device: str | torch.device = "cpu") -> nn.Module:
+    def init_model(self, device: str | torch.device = "cpu") -> GPT:
         """The freshly initialised GPT of the run (torch's RNGs are seeded with ``train.seed`` first)."""
-        from hoplib.models import GPT
-
         seed_everything(self.train.seed)
         return GPT(self.model_config()).to(get_device(device))
 
@@ -487,16 +481,20 @@ def read_record(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path} cannot be read as JSON ({exc})") from exc
     if not isinstance(rec, dict) or not isinstance(rec.get("config"), dict):
         raise ValueError(f"{path} is not a run record (a JSON object with a 'config' object)")
+    if bad := [k for k in ("complete", "diverged") if not isinstance(rec.get(k, False), bool)]:  # "false" is truthy
+        raise ValueError(f"{path}: {bad[0]!r} must be true or false, got {rec[bad[0]]!r}")
     return rec
+
+
+def _finished(rec: dict[str, Any]) -> bool:
+    return rec.get("complete") is True or rec.get("diverged") is True
 
 
 def finished_results(out: str | os.PathLike, config: RunConfig) -> dict[str, Any] | None:
     """The record in ``out`` if ``config`` produced it and it is finished (complete or diverged), else None."""
     path = Path(out) / "results.json"
-    if not path.exists():
-        return None
-    rec = read_record(path)
-    return rec if rec["config"] == config.to_dict() and (rec.get("complete") or rec.get("diverged")) else None
+    rec = read_record(path) if path.exists() else None
+    return rec if rec and rec["config"] == config.to_dict() and _finished(rec) else None
 
 
 def _claim_output(out: Path, config: RunConfig, overwrite: bool) -> dict[str, Any] | None:
@@ -513,23 +511,20 @@ def _claim_output(out: Path, config: RunConfig, overwrite: bool) -> dict[str, An
             rec = read_record(files[0])
         except ValueError as exc:
             raise RunConflictError(f"{out} holds a results.json that is not a run record ({exc}); {hint}") from exc
-        if rec["config"] != config.to_dict():
-            now = config.to_dict()
-            diff = ", ".join(f"{k}: stored {rec['config'].get(k, 'unset')!r} vs now {now.get(k, 'unset')!r}"
-                             for k in sorted(set(rec["config"]) | set(now)) if rec["config"].get(k) != now.get(k))
+        stored, now = rec["config"], config.to_dict()
+        if stored != now:
+            diff = ", ".join(f"{k}: stored {stored.get(k, 'unset')!r} vs now {now.get(k, 'unset')!r}"
+                             for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k))
             raise RunConflictError(f"{out} holds a run of another configuration ({diff}); {hint}")
-        if rec.get("complete") or rec.get("diverged"):
-            return rec
-    elif files[1].exists() and not files[2].exists():
+        return rec if _finished(rec) else None
+    if files[1].exists() and not files[2].exists():
         raise RunConflictError(f"{out} holds a model.pt with neither results.json nor checkpoint.pt (a model "
                                f"of an unknown configuration); {hint}")
-    return None
+    return None  # nothing stored yet: train
 
 
 def _history_part(hist: dict[str, Any], config: RunConfig, device: torch.device, command: str,
                   **extra: Any) -> dict[str, Any]:
-    from hoplib._book.provenance import provenance
-
     losses = hist["loss"]
     every = max(1, len(losses) // 200)
     return {"config": config.to_dict(),
@@ -543,12 +538,10 @@ def _history_part(hist: dict[str, Any], config: RunConfig, device: torch.device,
 def results_record(model: nn.Module, task: HopTask, hist: dict[str, Any], config: RunConfig,
                    device: torch.device, command: str, **extra: Any) -> dict[str, Any]:
     """Evaluate a trained model (both metrics of :mod:`hoplib.evaluate`) and build the results.json record."""
-    from hoplib.evaluate import per_k_error
-    from hoplib.models import count_parameters
-
-    kw = dict(n_samples=config.train.eval_samples, seed=config.eval_seed, device=device)
-    return {"per_k_error": {str(k): v for k, v in per_k_error(model, task, **kw).items()},
-            "per_k_error_pooled": {str(k): v for k, v in per_k_error(model, task, metric="pooled", **kw).items()},
+    errors = per_k_errors(model, task, n_samples=config.train.eval_samples, seed=config.eval_seed,
+                          device=device, metrics=("paper", "pooled"))  # one pass, both metrics
+    return {**{name: {str(k): v for k, v in errors[metric].items()}
+               for name, metric in (("per_k_error", "paper"), ("per_k_error_pooled", "pooled"))},
             **_history_part(hist, config, device, command, **extra),
             "model": {"parameters": count_parameters(model), **model.config.to_dict()},
             "complete": hist["steps_done"] >= config.train.steps}
@@ -556,44 +549,85 @@ def results_record(model: nn.Module, task: HopTask, hist: dict[str, Any], config
 
 def write_run(out: str | os.PathLike, model: nn.Module, record: dict[str, Any]) -> Path:
     """Write ``model.pt`` (final weights, a plain state dict) and then ``results.json``, both atomically."""
-    out = Path(out)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    atomic_write(out / "model.pt", lambda fh: torch.save(state, fh), binary=True)
-    return atomic_write_text(out / "results.json", json.dumps(record, indent=2) + "\n")
+    atomic_write(Path(out) / "model.pt", lambda fh: torch.save(state, fh), binary=True)
+    return atomic_write_text(Path(out) / "results.json", json.dumps(record, indent=2, allow_nan=False) + "\n")
 
 
 def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.device = "auto",
               progress: bool = True, compile: bool = False, checkpoint_every: int | None = 1000,
               command: str | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """Train, evaluate and record one run in folder ``out``: skip it if finished, resume it if interrupted.
-
-    A folder holding another configuration's files is refused (:class:`RunConflictError`) unless
-    ``overwrite``. A run that diverges gets a record with ``diverged: true`` (and no model.pt), then
-    :class:`DivergedError` is raised. Returns the results record."""
-    dev, out = get_device(device), Path(out)
+    """Train, evaluate and record one run in ``out``: skip it if finished, resume it if interrupted; refuse
+    another run's folder unless ``overwrite`` (:class:`RunConflictError`). A diverged run is recorded with
+    ``diverged: true`` (no model.pt) before :class:`DivergedError` is raised. Returns the results record."""
+    dev, out, task, n = get_device(device), Path(out), config.task, config.train.eval_samples
+    for seed in {config.eval_seed, *([0] if config.train.eval_every else [])}:  # else a NaN error, not JSON
+        for k, _, y in samples_per_k(task, None, n, seed, dev):
+            if not bool(((y >= task.vocab.first_letter) & (y < task.vocab.no_answer)).any()):
+                raise ValueError(f"{task!r} has no letter target at k = {k} in its {n} test samples (seed {seed}):"
+                                 " the error there is undefined; lower max_hops or raise seq_len or eval_samples")
     try:  # fail before training, not after
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / ".write-test", "")
-        (out / ".write-test").unlink()
+        lock = _lock(out)
     except OSError as exc:
         raise ValueError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from exc
-    if (done := _claim_output(out, config, overwrite)) is not None:
-        return done
-    task, model = config.task, config.init_model(dev)
-    command = command or "python scripts/run_training.py " + " ".join(config_argv(config) + ["--out", str(out)])
-    speed = {"compiled": True} if compile else {}
     try:
-        hist = fit(model, task, config.train, device=dev, progress=progress, compile=compile,
-                   checkpoint=out / "checkpoint.pt", checkpoint_every=checkpoint_every,
-                   checkpoint_meta={"model_config": model.config.to_dict()})
-    except DivergedError as exc:
-        record = {**_history_part(exc.history, config, dev, command, **speed), "complete": False,
-                  "diverged": True, "error": str(exc)}
-        atomic_write_text(out / "results.json", json.dumps(record, indent=2) + "\n")
-        raise
-    record = results_record(model, task, hist, config, dev, command, **speed)
-    write_run(out, model, record)
-    return record
+        if (done := _claim_output(out, config, overwrite)) is not None:
+            return done
+        model = config.init_model(dev)
+        command = command or "python scripts/run_training.py " + " ".join(config_argv(config) + ["--out", str(out)])
+        speed = {"compiled": True} if compile else {}
+        try:
+            hist = fit(model, task, config.train, device=dev, progress=progress, compile=compile,
+                       checkpoint=out / "checkpoint.pt", checkpoint_every=checkpoint_every,
+                       checkpoint_meta={"model_config": model.config.to_dict()})
+        except DivergedError as exc:
+            finite = {**exc.history, "loss": [v for v in exc.history["loss"] if math.isfinite(v)]}
+            record = {**_history_part(finite, config, dev, command, **speed), "complete": False,
+                      "diverged": True, "error": str(exc)}
+            atomic_write_text(out / "results.json", json.dumps(record, indent=2, allow_nan=False) + "\n")
+            raise
+        record = results_record(model, task, hist, config, dev, command, **speed)
+        write_run(out, model, record)
+        return record
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _lock(out: Path) -> Path:
+    """Create ``out/.lock`` holding this process's PID, taking over the lock of a process that is gone;
+    :class:`RunConflictError` naming the PID while a live process holds it."""
+    lock = out / ".lock"
+    for attempt in range(20):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text(encoding="utf-8").strip() or 0)
+            except (OSError, ValueError):  # gone meanwhile, or not a PID
+                pid = 0
+            if not pid and attempt < 10:  # its process is writing its PID: look again
+                time.sleep(0.05)
+                continue
+            if pid and pid != os.getpid() and _alive(pid):
+                raise RunConflictError(f"{out} is being written by the live process {pid} (its lock {lock}); "
+                                       "wait for it to finish or choose another output folder") from None
+            lock.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(str(os.getpid()))
+        return lock
+    raise RunConflictError(f"cannot take the lock {lock}: other processes keep taking it")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
 
 
 def config_argv(config: RunConfig) -> list[str]:

@@ -2,7 +2,7 @@
 # Build the book: install what is missing, execute every chapter once (quick profile, CPU) and render
 # _build/html; warnings are errors and an execution error fails the build. Then fill the Colab notebooks
 # (chapters/*.ipynb and the pages' download notebooks) with the build's glued values, and check every built page
-# for rendering defects a reader would see (hoplib._book.html_check: raw tables, stray $, unrendered roles,
+# for rendering defects a reader would see (scripts/html_check.py: raw tables, stray $, unrendered roles,
 # ?? references, figures without captions).
 #
 # Execution results are cached in _build/.jupyter_cache (a page re-executes when its code cells change). The
@@ -14,9 +14,9 @@ stamp=$(find hoplib results requirements.txt -type f -not -path "*/__pycache__/*
         | cut -c1-16)
 if [ "$(cat _build/.hoplib-stamp 2>/dev/null)" != "$stamp" ]; then
   rm -rf _build/.jupyter_cache _build/.doctrees  # re-read and re-execute every page
+  mkdir -p _build && echo "$stamp" > _build/.hoplib-stamp  # a failed build keeps the pages it executed
 fi
 jupyter-book build . -W -n --keep-going "$@"
-mkdir -p _build && echo "$stamp" > _build/.hoplib-stamp
 python scripts/notebooks.py sync --from-build
-python -m hoplib._book.html_check _build/html
+python scripts/html_check.py _build/html
 echo "book built in $(( $(date +%s) - start )) s: open _build/html/index.html"

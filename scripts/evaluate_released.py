@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from hoplib import models, released
-from hoplib._book.provenance import save_results
+from hoplib._book.results import save_results
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

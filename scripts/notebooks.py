@@ -376,10 +376,10 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
     so a failed run leaves the last good ones in place and writes ``<chapter>.failed.ipynb`` and
     ``<chapter>.failed.log`` (the full traceback) beside them.
     """
+    names = sorted(p.stem for p in chapters.glob("*.md"))
+    if chapter not in names:  # a name only: "../x" or "a/b" would write outside out/
+        raise RunError(f"chapter must be one of: {', '.join(names)}; got {chapter!r}")
     md = chapters / f"{chapter}.md"
-    if not md.exists():
-        names = ", ".join(sorted(p.stem for p in chapters.glob("*.md")))
-        raise RunError(f"chapter must be one of: {names}; got {chapter!r}")
     parameters = validate_parameters(md, params)
     defaults = parameters_cell(jupytext.read(md, fmt="md:myst"))
     profile = str(parameters.get("profile", defaults.get("profile", "quick")))

@@ -11,13 +11,16 @@ smallest exact inverse temperature of the hand-built hop_2 model for N up to 163
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from hoplib._book.provenance import save_results
+from hoplib._book.results import save_results
 from hoplib.construction import precision_study
 from hoplib.construction.pointer_programs import search_programs
-from hoplib.sweep import add_run_options, run_device
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
+from cli import add_run_options, run_cli, run_device  # noqa: E402
 
 NS = "64,128,256,512,1024,2048,4096,8192,16384"
 
@@ -33,6 +36,10 @@ def main(argv: list[str] | None = None) -> None:
     add_run_options(parser, seed_help="seed of the data")
     args = parser.parse_args(argv)
     device = run_device(args)
+    ns = [int(v) for v in args.ns.split(",")]
+    if min(args.k, args.total_letters, args.max_layers, *ns) < 1:  # else an empty study would be stored
+        raise ValueError(f"--k, --total-letters, --max-layers and --ns must be positive, got k={args.k}, "
+                         f"total_letters={args.total_letters}, max_layers={args.max_layers}, ns={ns}")
     if args.out.exists() and not args.overwrite:
         raise SystemExit(f"{args.out} exists; pass --overwrite to replace it")
     t0 = time.time()
@@ -47,7 +54,6 @@ def main(argv: list[str] | None = None) -> None:
                   "max_shift": 3, "seed": args.seed}
         save_results(args.out, data, params, "cpu", time.time() - t0)
         return
-    ns = [int(v) for v in args.ns.split(",")]
     params = {"ns": ns, "k": args.k, "alphabet_size": 4, "total_letters": args.total_letters,
               "seed": args.seed, "hi": 300.0, "rel_tol": 0.05}
     data = []
@@ -58,4 +64,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

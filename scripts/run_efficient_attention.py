@@ -12,14 +12,17 @@ writes ``<out>/efficient_attention/<profile>/<part>[_seed<s>][_steps<n>_a<sizes>
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
 from run_rnn import matched_settings, run_part, sweep_parser
 
 from hoplib.lower_bounds import sweep
-from hoplib.sweep import run_device
 from hoplib.tasks import HopTask
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
+from cli import run_device  # noqa: E402
 
 _ATTENTION = {"n_features": 16, "window": 4, "global_every": None}
 

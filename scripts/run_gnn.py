@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
 from hoplib.lower_bounds import gnn, graphs
-from hoplib.sweep import add_run_options, executor_from_args, run_device, run_sweep
+from hoplib.sweep import run_sweep
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
+from cli import add_run_options, executor_from_args, run_cli, run_device  # noqa: E402
 
 _SHARED = {"families": ["path"], "heads": 4, "lr": 1e-3, "eval_size": 512, "threshold": 0.9}
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}}
@@ -85,6 +89,5 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    from hoplib._book.cli import run_cli
 
     raise SystemExit(run_cli(main))

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
 from hoplib.lower_bounds import sweep
-from hoplib.sweep import add_run_options, executor_from_args, map_points, run_device, run_sweep
+from hoplib.sweep import map_points, run_sweep
 from hoplib.tasks import HopTask
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
+from cli import add_run_options, executor_from_args, run_device  # noqa: E402
 
 HEADS = 4
 

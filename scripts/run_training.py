@@ -15,10 +15,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from hoplib._book.cli import run_cli
-from hoplib.sweep import add_run_options, map_points, run_device
+from hoplib.sweep import map_points
 from hoplib.train import RUN_KEYS, DivergedError, RunConfig, finished_results, train_run
 from hoplib.training import sweep
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path (tests)
+from cli import add_run_options, run_cli, run_device  # noqa: E402
 
 _TYPES = {"head": str, "dropout": float, "lr": float, "weight_decay": float}
 

@@ -201,7 +201,7 @@ def test_performer_with_many_features_approaches_the_softmax_model():
     assert gaps[1] < gaps[0] / 4
 
 
-def test_performer_features_are_saved_and_can_be_redrawn():
+def test_performer_features_are_saved():
     torch.manual_seed(4)
     model = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention=attn.PerformerAttention(8))
     names = [n for n in model.state_dict() if n.endswith("features")]
@@ -210,11 +210,6 @@ def test_performer_features_are_saved_and_can_be_redrawn():
     copy.load_state_dict(model.state_dict())
     x, _ = TASK.sample(2, seed=6)
     assert torch.equal(copy.eval()(x), model.eval()(x))
-    before = [b.attn.features.clone() for b in model.blocks]
-    model.blocks[0].attn.redraw_features(seed=7)
-    assert not torch.equal(before[0], model.blocks[0].attn.features)
-    assert torch.equal(model.blocks[0].attn.features, attn.orthogonal_features(8, 8, seed=7))
-    assert torch.equal(before[1], model.blocks[1].attn.features)
 
 
 def test_every_attention_has_the_softmax_parameters_under_the_same_names():
@@ -266,10 +261,10 @@ def test_attention_spec_builds_the_named_attention():
 
 
 @pytest.mark.parametrize("attention, error, match", [
-    ("performer", TypeError, "needs its settings"),
+    ("performer", TypeError, "n_features"),
     ("sparse", ValueError, "registered"),
     ({"name": "longformer", "window": -1}, ValueError, "window"),
-    (3, TypeError, "AttentionSpec"),
+    (3, ValueError, "AttentionSpec"),
 ])
 def test_config_rejects_unknown_or_incomplete_attention(attention, error, match):
     with pytest.raises(error, match=match):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hoplib._book import results
-from hoplib._book.provenance import save_results
+from hoplib._book.results import save_results
 
 
 @pytest.fixture

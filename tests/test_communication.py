@@ -18,14 +18,12 @@ def test_block_sizes_give_player_one_the_extra_symbol():
 
 
 # --------------------------------------------------------------------------- Definition E.1
-def test_blackboard_enforces_order_and_message_size_and_counts_bits():
-    board = comm.Blackboard(3, message_bits=4)
+def test_blackboard_enforces_order_and_counts_bits():
+    board = comm.Blackboard(3)
     board.post(1, 3, [1, 0])
     board.post(1, 1, (1, 1, 1))
     with pytest.raises(ValueError, match="P_2"):
         board.post(1, 2, [0])  # P_2 speaks before P_1 in a round
-    with pytest.raises(ValueError, match="message_bits"):
-        board.post(2, 3, [0] * 5)
     with pytest.raises(ValueError, match="0 and 1"):
         board.post(2, 3, [2])
     board.post(2, 2, [])
@@ -80,8 +78,6 @@ def test_float_bits_round_trip_is_exact():
     assert len(bits) == 32 * 15 and set(bits) <= {0, 1}
     back = comm.bits_to_floats(bits, (3, 5))
     assert torch.equal(back, t) and torch.signbit(back[0, 1])
-    with pytest.raises(ValueError, match="bits"):
-        comm.bits_to_floats(bits[:-32], (3, 5))
 
 
 @settings(max_examples=30, deadline=None)

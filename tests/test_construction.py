@@ -288,15 +288,6 @@ def test_setting_a_nan_or_non_positive_inverse_temperature_raises(bad):
     assert count_errors(model, x) == 0
 
 
-def test_setting_a_non_number_inverse_temperature_raises():
-    model = multi_hop_transformer(max_hops=2, seq_len=10)
-    for bad in (None, "3.0", True):
-        with pytest.raises(ValueError, match="inverse_temperature"):
-            model.inverse_temperature = bad
-    model.inverse_temperature = 7  # an int is a fine real number
-    assert model.inverse_temperature == 7.0 and isinstance(model.inverse_temperature, float)
-
-
 # --------------------------------------------------------------------------- layout and layer builders
 def test_layout_parts_name_pieces_of_their_subspace():
     from hoplib.construction.layout import REGISTERS, hop_layout
@@ -394,3 +385,39 @@ def test_hop_program_checker_covers_k_1():
     result = check_hop_program(wrong_at_1)
     assert not result.passed and "k=1" in result.failures[0]
     assert check_hop_program(lambda k: [] if k == 1 else wrong_at_1(k)).passed
+
+
+# --------------------------------------------------------------------------- dtype rule (issue 27)
+def neighbouring_letters(batch: int, n: int, alphabet: int, seed: int) -> torch.Tensor:
+    """Two neighbouring letters per sequence: lastOccurrence's smallest mismatch gap, many margin-1 ties."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2, (batch, n), generator=gen) + torch.randint(0, alphabet - 1, (batch, 1), generator=gen)
+
+
+def test_sizes_float32_cannot_resolve_are_built_in_float64_and_exact():
+    model = hop_transformer(1, 1000, 512)  # was float32, with hundreds of wrong positions here
+    assert model.dtype == torch.float64
+    x = torch.cat([neighbouring_letters(6, 1000, 512, seed=0), random_letters(2, 1000, 512, seed=1)])
+    assert count_errors(model, x, batch_size=4) == 0
+
+
+def test_requesting_a_dtype_that_cannot_be_exact_raises_one_line():
+    with pytest.raises(ValueError, match=r"float32 is not exact at seq_len=1000, alphabet_size=512 .*float64"):
+        hop_transformer(1, 1000, 512, dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"float32 is not exact at seq_len=2000, alphabet_size=2000"):
+        multi_hop_transformer(4, seq_len=2000, alphabet_size=2000, dtype=torch.float32)
+    with pytest.raises(ValueError, match="no float dtype is exact"):
+        hop_transformer(1, 10**6, 10**6)
+
+
+def test_default_dtype_at_small_sizes_stays_float32():
+    for k, n, a in [(6, 100, 4), (16, 1000, 26), (2, 4096, 4), (1, 256, 256)]:
+        model = hop_transformer(k, n, a)
+        assert model.dtype == torch.float32 and model.inverse_temperature == lemma_a2_inverse_temperature(n)
+    assert multi_hop_transformer().dtype == torch.float32
+
+
+def test_float32_is_exact_at_the_largest_alphabet_the_rule_allows():
+    model = hop_transformer(1, 1024, 141)
+    assert model.dtype == torch.float32 and hop_transformer(1, 1024, 142).dtype == torch.float64
+    assert count_errors(model, neighbouring_letters(8, 1024, 141, seed=2), batch_size=4) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import networkx as nx
@@ -19,7 +20,6 @@ from hoplib.lower_bounds.gnn import (
     AGGREGATIONS,
     MessagePassingGNN,
     aggregate,
-    ball,
     depths_needed,
     doubling_connectivity,
     exact_reachability_gnn,
@@ -172,11 +172,10 @@ def test_perturbation_keeps_the_ball():
     g = sample_graphs("tree", 6, 16, seed=2)
     x = node_features(g)
     e2, _ = perturb_outside_ball(g, x, g.t, 3, seed=0)
-    g2 = type(g)(e2, g.s, g.t, g.y, g.num_nodes, g.family, g.diameter)
     d1 = bfs_distances(g.edges, g.num_nodes, g.t)
     d2 = bfs_distances(e2, g.num_nodes, g.t)
-    inside = ball(g, g.t, 3)
-    assert torch.equal(inside, ball(g2, g.t, 3))
+    inside = (d1 >= 0) & (d1 <= 3)
+    assert torch.equal(inside, (d2 >= 0) & (d2 <= 3))
     assert torch.equal(d1[inside], d2[inside])
 
 
@@ -391,7 +390,8 @@ def test_stored_sweeps_were_made_with_the_scripts_cpu_settings(name):
 
 
 def test_run_gnn_control_run_names_its_steps_and_subset_and_refuses_bad_arguments(tmp_path, capsys):
-    from hoplib._book.cli import run_cli
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from cli import run_cli
 
     main = _run_gnn().main
     path = main(["--out", str(tmp_path), "--profile", "quick", "--diameters", "2", "--depths", "1",

@@ -76,14 +76,12 @@ def test_the_attention_alphabet_sweep_builds_performer_and_longformer_models():
 
 
 def test_a_control_run_names_its_steps_and_alphabets_and_never_overwrites(tmp_path, monkeypatch):
-    from hoplib._book.provenance import load_results
-
     script = _script("run_efficient_attention")
     monkeypatch.setitem(script.PROFILES["cpu"], "alphabet", {**TINY, "kinds": ["longformer"], "n_features": None,
                                                              "window": 2, "global_every": None})
     path = script.main(["--out", str(tmp_path), "--part", "alphabet", "--alphabets", "8", "--steps", "2"])
     assert path.name == "alphabet_steps2_a8.json"
-    stored = load_results(path)
+    stored = json.loads(path.read_text())
     assert stored["parameters"]["steps"] == 2 and stored["parameters"]["alphabets"] == [8]
     assert {r["alphabet_size"] for r in stored["data"]} == {8}
     with pytest.raises(ValueError, match="exists"):

@@ -1,4 +1,4 @@
-"""Tests of hoplib.plots: the book's figure style and the shared axis helpers."""
+"""Tests of hoplib.plots: the book's figure style, the legibility check and the hop statistics figure."""
 
 from __future__ import annotations
 
@@ -18,23 +18,6 @@ def test_book_style_sets_readable_fonts_and_checks_the_format(monkeypatch):
         assert plots.use_book_style() == "png"
         with pytest.raises(ValueError, match="figure_format"):
             plots.use_book_style("jpeg")
-
-
-def test_integer_ticks_leave_no_fractional_tick():
-    fig, ax = plt.subplots()
-    ax.plot([1, 2, 3], [0.1, 0.5, 0.2])
-    plots.integer_ticks(ax)
-    fig.canvas.draw()
-    assert all(float(t).is_integer() for t in ax.get_xticks())
-    with pytest.raises(ValueError, match="axis"):
-        plots.integer_ticks(ax, "z")
-    plt.close(fig)
-
-
-def test_layers_are_named_from_one():
-    assert plots.layer_label(0) == "layer 1" and plots.layer_label(2) == "layer 3"
-    with pytest.raises(ValueError):
-        plots.layer_label(-1)
 
 
 def _figure(width_in: float, fontsize: float, *, hidden_axis: bool = False):
@@ -64,8 +47,6 @@ def test_check_legible_names_small_texts_and_ignores_hidden_ones():
     hidden = _figure(6, 10, hidden_axis=True)
     hidden.axes[0].tick_params(labelsize=2)  # invisible with the axis off
     assert plots.check_legible(hidden) >= plots.MIN_TEXT_PX
-    with pytest.raises(TypeError):
-        plots.text_sizes_px("not a figure")
     plt.close("all")
 
 

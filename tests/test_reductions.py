@@ -38,7 +38,7 @@ def test_kernel_protocol_output_equals_forward_pass_and_bits_match_formula(k, q)
     assert board.rounds == 2
     # Every message except the output is the same size, independent of N.
     sizes = {len(p.bits) for p in board.posts if p.player > 1}
-    assert sizes <= {eff.kernel_message_bits(2, 8, 12)}
+    assert sizes <= {32 * 2 * (12 * (8 + 1) + 1)}  # 32 H (m'(d_head + 1) + 1)
 
 
 @pytest.mark.parametrize("num_players", [1, 2, 5, 13])
@@ -101,7 +101,11 @@ def test_reduction_records_on_prop_e4_inputs():
         assert r["N"] == 25 and r["bits"] == r["formula_bits"] and r["max_abs_diff"] < 1e-5
         assert r["N/k^6"] == pc.lower_bound_scale(25, 3)
     r = eff.reduction_record("performer", 2, 3, depth=1, d_model=16, heads=4, n_features=5)
-    assert r["paper_scale"] == 16 * 5 * 4 * 32
+    assert r["paper_scale"] == 16 * 5 * 4 * 32  # m m' H p
+    r = eff.reduction_record("longformer", 2, 3, depth=1, d_model=8, heads=2, window=5, global_every=2)
+    assert r["paper_scale"] == pytest.approx((5 + 13 / 4) * 8 * 2 * 32)  # (w + N/(g k)) m H p
+    r = eff.reduction_record("longformer", 2, 3, depth=1, d_model=8, heads=2, window=5)
+    assert r["paper_scale"] == 5 * 8 * 2 * 32
 
 
 def test_protocols_validate_their_inputs():
@@ -113,12 +117,6 @@ def test_protocols_validate_their_inputs():
         eff.simulate_kernel_protocol(model, x, 6)
     with pytest.raises(ValueError, match="eval"):
         eff.simulate_kernel_protocol(model.train(), x, 2)
-
-
-def test_paper_scales():
-    assert eff.kernel_paper_scale(8, 4, 2) == 8 * 4 * 2 * 32
-    assert eff.longformer_paper_scale(100, 2, 5, 10, 8, 2) == pytest.approx((5 + 100 / 20) * 8 * 2 * 32)
-    assert eff.longformer_paper_scale(100, 2, 5, None, 8, 2) == 5 * 8 * 2 * 32
 
 
 def _attention_sweep(task, kinds, depths, seed=0, on_model=None, **attention):

@@ -156,3 +156,13 @@ def test_largest_solved_stops_at_the_first_failure():
     assert report.largest_solved(holes, threshold=0.05)[5] == 1  # k = 3 solved again does not count
     assert report.largest_solved(error_table(holes, width=8), threshold=0.05)[5] == 1  # a table works too
     assert report.largest_solved({2: {0: 0.0, 1: 0.0, 2: 0.0}}) == {2: 2}
+
+
+def test_crossing_k_interpolates_between_the_last_solved_and_the_first_failed_k():
+    from hoplib.report import crossing_k
+
+    assert crossing_k({0: 0.0, 1: 0.0, 2: 0.05, 3: 0.25}) == (2.25, False)
+    assert crossing_k({1: 0.3}) == (pytest.approx(1 / 3), False)  # from 0 at k = 0
+    assert crossing_k({1: 0.0, 2: 0.1}) == (2.0, True)  # never above: censored at the largest k
+    k, censored = crossing_k({1: 0.0, 2: 0.2, 3: 0.05, 4: 0.9})
+    assert (k, censored) == (1.5, False)  # the first rise counts, a later dip does not

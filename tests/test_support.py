@@ -11,8 +11,7 @@ import torch
 
 import hoplib
 from hoplib import baselines
-from hoplib._book import device, notebook, provenance
-from hoplib.exercises import check_function
+from hoplib._book import device, notebook, results
 from hoplib.exercises.tasks import check_find, check_hop
 from hoplib.tasks import HopTask, find, hop, hop_reference
 
@@ -26,8 +25,6 @@ def test_get_device_auto_and_cpu():
 def test_get_device_rejects_unknown_and_missing():
     with pytest.raises(ValueError, match="device must be one of"):
         device.get_device("tpu")
-    with pytest.raises(TypeError, match="device must be a string"):
-        device.get_device(3)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="cuda"):
             device.get_device("cuda")
@@ -38,12 +35,10 @@ def test_seed_everything_makes_torch_reproducible():
     a = torch.rand(3)
     device.seed_everything(3)
     assert torch.equal(a, torch.rand(3))
-    with pytest.raises(ValueError, match="seed must be in"):
-        device.seed_everything(-1)
 
 
 def test_save_results_is_atomic_and_has_provenance(tmp_path):
-    path = provenance.save_results(tmp_path / "sub" / "r.json", {"x": np.arange(3)}, {"p": 1}, "cpu", 1.23456)
+    path = results.save_results(tmp_path / "sub" / "r.json", {"x": np.arange(3)}, {"p": 1}, "cpu", 1.23456)
     record = json.loads(path.read_text())
     assert record["data"] == {"x": [0, 1, 2]}
     assert record["parameters"] == {"p": 1}
@@ -52,22 +47,15 @@ def test_save_results_is_atomic_and_has_provenance(tmp_path):
     assert prov["device"] == "cpu" and prov["wall_time_s"] == 1.235
     assert prov["torch_version"] == torch.__version__ and prov["git_commit"]
     assert [p.name for p in path.parent.iterdir()] == ["r.json"], "no temporary file left behind"
-    assert provenance.load_results(path)["data"]["x"] == [0, 1, 2]
 
 
 def test_atomic_write_keeps_old_file_when_serialisation_fails(tmp_path):
     path = tmp_path / "r.json"
-    provenance.save_results(path, {"ok": 1}, {}, "cpu")
+    results.save_results(path, {"ok": 1}, {}, "cpu")
     with pytest.raises(TypeError):
-        provenance.save_results(path, {"bad": object()}, {}, "cpu")
+        results.save_results(path, {"bad": object()}, {}, "cpu")
     assert json.loads(path.read_text())["data"] == {"ok": 1}
     assert sorted(os.listdir(tmp_path)) == ["r.json"]
-
-
-def test_load_results_rejects_foreign_json(tmp_path):
-    (tmp_path / "x.json").write_text("{}")
-    with pytest.raises(ValueError, match="not a hoplib results file"):
-        provenance.load_results(tmp_path / "x.json")
 
 
 def test_chapter_run_validates_and_saves(tmp_path, capsys):
@@ -110,23 +98,16 @@ def test_checkers_accept_correct_and_explain_wrong_functions():
     assert not crashing.passed and "ZeroDivisionError" in crashing.message
 
 
-def test_check_function_rejects_non_callable():
-    with pytest.raises(TypeError, match="user_fn must be callable"):
-        check_function(3, abs, [(1,)])
-
-
-def test_autocast_uses_bf16_only_on_cuda_gpus_that_support_it(monkeypatch):
+@pytest.mark.parametrize("capability, bf16", [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_autocast_uses_bf16_only_where_the_gpu_has_it_natively(monkeypatch, capability, bf16):
     import contextlib
 
     import torch
 
-    cuda = torch.device("cuda")
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert device.autocast_dtype(cuda) is torch.bfloat16
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)  # a T4: float32, no autocast
-    assert device.autocast_dtype(cuda) is None
-    assert isinstance(device.autocast(cuda), contextlib.nullcontext)
-    assert device.autocast_dtype(torch.device("cpu")) is None
+    cuda = torch.device("cuda")  # a mocked T4 (7.5), A100 (8.0), H100 (9.0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # true on a T4: emulation
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: capability)
+    monkeypatch.setattr(torch, "autocast", lambda device_type, dtype: (device_type, dtype))
+    got = device.autocast(cuda)
+    assert got == ("cuda", torch.bfloat16) if bf16 else isinstance(got, contextlib.nullcontext)
     assert isinstance(device.autocast(torch.device("cpu")), contextlib.nullcontext)
-    with pytest.raises(TypeError, match="torch.device"):
-        device.autocast_dtype("cuda")

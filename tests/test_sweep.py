@@ -38,7 +38,7 @@ def test_paper_grid_is_the_authors_v1_grid_and_grids_are_named_once():
     assert all(c.seq_len == 32 and c.max_hops == 4 and c.head == "linear" for c in small)
     quick = grid("quick").configs()
     assert max(c.max_hops for c in quick) <= 4 and len(quick) >= 3
-    assert set(GRIDS) == {"quick", "small", "medium", "paper"} and grid("quick") is GRIDS["quick"]
+    assert set(GRIDS) == {"quick", "small", "medium", "depth", "paper"} and grid("quick") is GRIDS["quick"]
 
 
 @pytest.mark.parametrize("name", ["small", "medium"])

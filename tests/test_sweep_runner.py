@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from hoplib.sweep import add_run_options, map_points, run_device, run_sweep, slurm_executor
+from hoplib.sweep import map_points, run_sweep, slurm_executor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from cli import add_run_options, run_device  # noqa: E402
 
 
 def _square(index: int, point: int) -> dict:

@@ -173,7 +173,7 @@ def test_hoptask_decode_round_trip():
     [
         ({"seq_len": 2}, "seq_len must be in"),
         ({"alphabet_size": 1}, "alphabet_size must be in"),
-        ({"max_hops": 2, "min_hops": 3}, "max_hops must be >= min_hops"),
+        ({"max_hops": 2, "min_hops": 3}, "min_hops must be in"),
         ({"max_hops": -1}, "max_hops must be in"),
     ],
 )
@@ -182,14 +182,10 @@ def test_hoptask_rejects_bad_configuration(kwargs, match):
         HopTask(**kwargs)
 
 
-def test_hoptask_sample_rejects_bad_arguments():
+def test_hoptask_sample_rejects_k_outside_the_task():
     task = HopTask(max_hops=4, min_hops=1)
-    with pytest.raises(ValueError, match="batch_size must be in"):
-        task.sample(0)
     with pytest.raises(ValueError, match=r"k must be in \[1, 4\]"):
         task.sample(2, k=5)
-    with pytest.raises(TypeError, match="batch_size must be an integer"):
-        task.sample(2.0)
 
 
 def test_hop_statistics_records():
@@ -241,9 +237,9 @@ def test_decode_rejects_floats_and_out_of_range_ids():
     task = HopTask(max_hops=4)
     with pytest.raises(TypeError, match="ids must hold integers"):
         task.decode([5.7])
-    with pytest.raises(ValueError, match=r"token ids in \[0, 10\]"):
+    with pytest.raises(ValueError, match=r"token must be in \[0, 10\], got 11"):
         task.decode(np.array([0, 11]))
-    with pytest.raises(ValueError, match="token ids"):
+    with pytest.raises(ValueError, match="token must be in"):
         task.decode(torch.tensor([-1, 3]))
     with pytest.raises(TypeError, match="masked"):
         task.decode(np.ma.array([1, 2], mask=[0, 1]))

@@ -61,7 +61,7 @@ def test_schedule_warms_up_from_zero_then_decays_to_zero():
 def test_finite_sample_stream_cycles_floor_n_over_b_batches_in_order():
     task = HopTask(seq_len=12, max_hops=3)
     s = DataStream(task, batch_size=8, n_train=30, seed=0, device=torch.device("cpu"))
-    assert s.n_used == 24 and s.n_batches == 3
+    assert s.n_used == 24
     xs = [s.batch(t)[0] for t in range(7)]
     assert torch.equal(xs[0], xs[3]) and torch.equal(xs[1], xs[4]) and torch.equal(xs[0], xs[6])
     assert not torch.equal(xs[0], xs[1])
@@ -535,3 +535,21 @@ def test_fit_compiled_on_cpu_matches_eager_and_resumes_with_plain_state_dict_key
     assert hist["loss"] == pytest.approx(h_comp["loss"], abs=1e-5)
     for p, q in zip(resumed.parameters(), compiled.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-5), (p - q).abs().max()  # seen: up to 1.3e-6
+
+
+def test_the_final_evaluation_predicts_once_per_k_for_both_metrics(tmp_path, monkeypatch):
+    import hoplib.evaluate as evaluate
+    from hoplib.train import per_k_error, train_run
+
+    config = _tiny_run(steps=3)
+    calls = []
+    real = evaluate.predictions
+    monkeypatch.setattr(evaluate, "predictions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    record = train_run(config, tmp_path, device="cpu", progress=False)
+    n_k = config.max_hops - config.task.min_hops + 1
+    assert len(calls) == n_k  # one pass gives the paper and the pooled metric
+    model = config.init_model("cpu")
+    model.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+    for name, metric in (("per_k_error", "paper"), ("per_k_error_pooled", "pooled")):
+        again = per_k_error(model, config.task, n_samples=config.train.eval_samples, metric=metric)
+        assert record[name] == {str(k): v for k, v in again.items()}

@@ -102,8 +102,8 @@ def test_plot_cleared_labels_layers_from_one_and_leaves_blank_cells_white():
                                                                                    [[[0.1, 0.9], [0.1, 0.9]]]]),
              "floor": torch.full((2, 1, 2, 2), 0.2)}
     ax = heads.plot_cleared(heads.cleared(table), plt.figure().gca())
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["layer 1 head 1", "layer 2 head 1"]
-    assert [t.get_text() for t in ax.texts] == ["prev\n0.90", "j=1\n0.90", "j=1\n0.90"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["L1 h1", "L2 h1"]
+    assert [t.get_text() for t in ax.texts] == ["p\n.90", "1\n.90", "1\n.90"]
     assert ax.get_images()[0].get_array()[0, 1].tolist() == [1.0, 1.0, 1.0]
     plt.close("all")
 

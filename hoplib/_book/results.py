@@ -1,25 +1,28 @@
-"""Where the book's stored results live, and the one way chapters read them.
+"""The book's one results store: files written atomically with provenance, and stored runs read back.
 
-Stored runs (paper-scale or CPU runs too long to execute at build time) are committed under the repository's
-``results/`` folder, written by :func:`hoplib._book.provenance.save_results` or by a training run. Chapters find
-that folder with :func:`results_dir`, never through ``__file__``: it is ``$HOPLIB_RESULTS`` when that is set,
-else the ``results/`` folder of the book's repository root, the nearest folder at or above the working folder
-that holds ``_toc.yml`` and ``results/`` (chapters run with ``chapters/`` as their working folder: book build,
-papermill, nbval, and Colab after its install cell clones the repository).
-
-:func:`load_stored` reads one stored results file and returns a :class:`Stored` with its data and a one-line
-provenance (:attr:`Stored.origin`); :meth:`Stored.provenance_html` renders that provenance as a collapsed
-``<details>`` block, which shows the same in the HTML book, Jupyter and Colab.
+:func:`save_results` writes the data, the parameters that produced it and its provenance (hoplib's version and
+git commit, device, torch, wall time). Chapters read stored runs with :func:`load_stored` from
+:func:`results_dir`: ``$HOPLIB_RESULTS``, else the ``results/`` folder of the nearest folder at or above the
+working folder that holds ``_toc.yml`` and ``results/`` (chapters run in ``chapters/``; Colab clones the book).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import html
 import json
 import os
+import platform
+import subprocess
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import torch
+
+import hoplib
 
 RESULTS_ENV = "HOPLIB_RESULTS"
 
@@ -28,44 +31,95 @@ class ResultsNotFoundError(FileNotFoundError):
     """The book's ``results/`` folder, or a stored results file in it, cannot be found."""
 
 
-def results_dir(start: str | os.PathLike | None = None) -> Path:
-    """The book's ``results/`` folder: ``$HOPLIB_RESULTS``, else ``<repository root>/results``.
+def git_commit(path: str | os.PathLike | None = None) -> str:
+    """The git commit of the checkout that holds ``path`` (default: hoplib's), ``+dirty`` when the library,
+    chapters or scripts have uncommitted changes, or ``'unknown'``."""
+    where = Path(path) if path is not None else Path(hoplib.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hoplib", "chapters", "scripts", "benchmarks"],
+                               cwd=where.parent if where.name == "hoplib" else where,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() + ("+dirty" if dirty else "")
 
-    The repository root is the nearest folder at or above ``start`` (default: the working folder) that holds
-    both ``_toc.yml`` and ``results/``. Raises :class:`ResultsNotFoundError` (one line, saying what to set)
-    when neither is found.
-    """
-    env = os.environ.get(RESULTS_ENV)
-    if env:
-        path = Path(env).expanduser()
-        if not path.is_dir():
+
+def provenance(device: torch.device | str, wall_time_s: float | None = None, **extra: Any) -> dict[str, Any]:
+    """The provenance record stored beside every result."""
+    dev = torch.device(device)
+    record: dict[str, Any] = {
+        "hoplib_version": hoplib.__version__,
+        "git_commit": git_commit(),
+        "device": f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else dev.type,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if wall_time_s is not None:
+        record["wall_time_s"] = round(float(wall_time_s), 3)
+    return record | extra
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> Path:
+    """Call ``write(fh)`` on a temporary file in ``path``'s folder, fsync, then rename it onto ``path``: a crash
+    or an exception leaves the previous ``path`` untouched and no temporary file behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"  # mode 0o666 & ~umask, as open()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    return atomic_write(path, lambda fh: fh.write(text))
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (torch.device, Path)):
+        return str(obj)
+    raise TypeError(f"cannot store {type(obj).__name__} in a results file")
+
+
+def save_results(path: str | os.PathLike, data: Any, parameters: dict[str, Any], device: torch.device | str,
+                 wall_time_s: float | None = None, **extra: Any) -> Path:
+    """Write ``{"parameters", "provenance", "data"}`` as JSON to ``path``, atomically."""
+    record = {"parameters": parameters, "provenance": provenance(device, wall_time_s, **extra), "data": data}
+    try:  # strict JSON: NaN and Infinity are not JSON, and other readers refuse them
+        text = json.dumps(record, indent=2, default=_jsonable, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError(f"cannot store {path}: {exc} (JSON has no NaN or infinity)") from exc
+    return atomic_write_text(path, text + "\n")
+
+
+def results_dir(start: str | os.PathLike | None = None) -> Path:
+    """The book's ``results/`` folder (see the module doc), searched from ``start`` (default: the working
+    folder); :class:`ResultsNotFoundError` says what to set when there is none."""
+    if env := os.environ.get(RESULTS_ENV):
+        if not Path(env).expanduser().is_dir():
             raise ResultsNotFoundError(f"${RESULTS_ENV} is {env!r}, which is not a folder")
-        return path.resolve()
+        return Path(env).expanduser().resolve()
     here = Path(start if start is not None else Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "_toc.yml").is_file() and (folder / "results").is_dir():
             return folder / "results"
     raise ResultsNotFoundError(f"no book repository (a folder with _toc.yml and results/) at or above {here}; "
                                f"run from the repository or set ${RESULTS_ENV} to its results/ folder")
-
-
-def origin_line(record: dict[str, Any]) -> str:
-    """One line of provenance of a results record: commit, date, device, wall time, where known."""
-    if not isinstance(record, dict):
-        raise TypeError(f"record must be a dict, got {type(record).__name__}")
-    prov = record.get("provenance")
-    if not isinstance(prov, dict):
-        raise ValueError("record has no 'provenance' dict")
-    commit = prov.get("source_commit") or prov.get("git_commit") or "unknown commit"
-    parts = [f"commit {str(commit)[:8]}"]
-    if prov.get("created_utc"):
-        parts.append(str(prov["created_utc"])[:10])
-    if prov.get("device"):
-        parts.append(f"device {prov['device']}")
-    wall = prov.get("wall_time_s")
-    if isinstance(wall, (int, float)):
-        parts.append(f"{wall / 60:.1f} min" if wall >= 60 else f"{wall:.1f} s")
-    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -78,32 +132,40 @@ class Stored:
 
     @property
     def data(self) -> Any:
-        """The ``data`` part of a :func:`~hoplib._book.provenance.save_results` file, else the whole record."""
+        """The ``data`` part of a :func:`save_results` file, else the whole record (a training run)."""
         return self.record.get("data", self.record)
 
     @property
     def origin(self) -> str:
-        """One line: commit, date, device, wall time (see :func:`origin_line`)."""
-        return origin_line(self.record)
+        """One line of provenance: commit, date, device, wall time, where known."""
+        prov = self.record["provenance"]
+        parts = [f"commit {str(prov.get('source_commit') or prov.get('git_commit') or 'unknown commit')[:8]}"]
+        if prov.get("created_utc"):
+            parts.append(str(prov["created_utc"])[:10])
+        if prov.get("device"):
+            parts.append(f"device {prov['device']}")
+        if isinstance(wall := prov.get("wall_time_s"), (int, float)):
+            parts.append(f"{wall / 60:.1f} min" if wall >= 60 else f"{wall:.1f} s")
+        return ", ".join(parts)
 
     def provenance_html(self, summary: str = "Provenance") -> str:
         """A collapsed ``<details>`` block naming the file and its provenance, for ``IPython.display.HTML``."""
-        prov = json.dumps(self.record.get("provenance", {}), indent=1, sort_keys=True, default=str)
+        prov = json.dumps(self.record["provenance"], indent=1, sort_keys=True, default=str)
         return (f"<details><summary>{html.escape(summary)}: {html.escape(self.origin)}</summary>"
                 f"<p>stored file <code>results/{html.escape(self.name)}</code></p>"
                 f"<pre>{html.escape(prov)}</pre></details>")
 
-    def _repr_html_(self) -> str:
-        return self.provenance_html()
+    _repr_html_ = provenance_html
+
+    def __post_init__(self) -> None:  # a string "false" would count as complete
+        if not isinstance(self.record.get("complete", False), bool):
+            raise ValueError(f"results/{self.name}: 'complete' must be true or false, got {self.record['complete']!r}")
 
 
 def load_stored(name: str, *, required: bool = True, root: str | os.PathLike | None = None) -> Stored | None:
-    """Read ``results/<name>`` (a JSON results file with a ``provenance`` entry).
-
-    ``required=False`` returns None when the file is missing (a chapter then says the run is not stored yet);
-    a file that exists but is not a results record always raises ``ValueError`` naming it.
-    """
-    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+    """Read ``results/<name>``, a JSON record with a ``provenance`` entry. ``required=False`` returns None when
+    the file is missing; a file that is not such a record always raises ``ValueError`` naming it."""
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
         raise ValueError(f"name must be a relative path inside results/, got {name!r}")
     base = Path(root) if root is not None else results_dir()
     path = base / name

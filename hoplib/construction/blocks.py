@@ -50,9 +50,8 @@ class MLP(nn.Module):
 
     def __init__(self, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor):
         super().__init__()
-        self.register_buffer("w1", w1)
-        self.register_buffer("b1", b1)
-        self.register_buffer("w2", w2)
+        for name, t in (("w1", w1), ("b1", b1), ("w2", w2)):
+            self.register_buffer(name, t)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ self.w1 + self.b1) @ self.w2
@@ -70,9 +69,10 @@ class HeadWeights:
         self._next = 0
 
     def score(self, query: str, key: str, scale: float = 1.0) -> None:
-        """Add ``scale`` * <query's ``query`` subspace, key's ``key`` subspace> to every score."""
+        """Add ``scale`` * <query's ``query`` subspace, key's ``key`` subspace>
+        to every score."""
         q, k, n = self.layout[query], self.layout[key], self.layout.size(query)
-        assert self.layout.size(key) == n, f"cannot score {query!r} against {key!r}: sizes differ"
+        assert self.layout.size(key) == n, f"{query!r}, {key!r}: sizes differ"
         cols = slice(self._next, self._next + n)
         self._next += n
         self.wq[q, cols] = torch.eye(n, dtype=F64) * scale

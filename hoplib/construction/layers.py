@@ -103,8 +103,10 @@ def embedding(spec: Spec, lay: Layout) -> tuple[torch.Tensor, torch.Tensor]:
     return tok, pos
 
 
-def previous_letter_layer(spec: Spec, lay: Layout, dtype: torch.dtype) -> tuple[Head, MLP | None]:
-    """Layer 1: lookUp at t-1 (Lemma D.1) copies the previous letter into ``prev_letter``.
+def previous_letter_layer(spec: Spec, lay: Layout, dtype: torch.dtype
+                          ) -> tuple[Head, MLP | None]:
+    """Layer 1: lookUp at t-1 (Lemma D.1) copies the previous letter into
+    ``prev_letter``.
 
     Multi-task: it also attends to the k-token at 0 and copies its program into
     ``gates``, each with weight 1/2; the MLP snaps the gates back to 0/1.
@@ -118,10 +120,12 @@ def previous_letter_layer(spec: Spec, lay: Layout, dtype: torch.dtype) -> tuple[
     hw.copy("kprog", "gates")
     mw = MLPWeights(lay)
     mw.snap_to_bits("gates")
-    return hw.build(dtype, "lookUp(t-1): previous letter + broadcast k"), mw.build(dtype)
+    name = "lookUp(t-1): previous letter + broadcast k"
+    return hw.build(dtype, name), mw.build(dtype)
 
 
-def induction_layer(spec: Spec, lay: Layout, dtype: torch.dtype) -> tuple[Head, None]:
+def induction_layer(spec: Spec, lay: Layout, dtype: torch.dtype
+                    ) -> tuple[Head, None]:
     """Layer 2, lastOccurrence (Lemma D.2, wrap-around fixed): P <- find¹.
 
     Score of key s for query t: Λ <u(letter(t)), u(prev_letter(s))> + recency(s),

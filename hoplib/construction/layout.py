@@ -69,7 +69,8 @@ def hop_layout(n_ops: int, multi: bool) -> Layout:
     lay.add("fetch", 10, {reg: lay.size(reg) for reg in REGISTERS})
     if multi:
         lay.add("bcast", 1)
-        program = {f"{op}{ell}": 1 for ell in range(3, n_ops + 3) for op in (ACC, PTR)}
+        program = {f"{op}{ell}": 1 for ell in range(3, n_ops + 3)
+                   for op in (ACC, PTR)}
         lay.add("kprog", 2 * n_ops, program)
         lay.add("gates", 2 * n_ops, program)
     return lay

@@ -1,11 +1,10 @@
-"""The hand-built model of Theorem 4.2 (:class:`HopTransformer`: embeddings, one softmax head and one ReLU
-MLP per layer, a linear read-out; every weight set by :mod:`~hoplib.construction.layers`), its builders, and
-Lemma A.2 in practice. Position 0 holds a start token (the paper's X_0, i.e. ⊥), the letters 1..N."""
+"""The hand-built model of Theorem 4.2 (one softmax head and one ReLU MLP per layer, weights from
+:mod:`~hoplib.construction.layers`), its builders, and Lemma A.2 in practice. Position 0 holds a start token
+(the paper's X_0, i.e. ⊥), the letters 1..N."""
 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +25,26 @@ def lemma_a2_inverse_temperature(seq_len: int, dtype: torch.dtype = torch.float3
     return math.log(seq_len + 1) + (p + 1) * math.log(2)
 
 
+SCORE_SPAN_TOL = 1 / 8  # eps * score span above this is not exact: first wrong positions measured from 0.6
+
+
+def score_span(spec: Spec) -> float:
+    """The largest attention score in units of the smallest margin the heads need (1 after normalisation):
+    1/δ for lookUp (3/δ with the multi-task broadcast), Λ + M for lastOccurrence, where Λ ~ M |Σ|² / 2π²."""
+    return max((3 if spec.multi else 1) / spec.delta, spec.lam + spec.circle)
+
+
+def exact_dtype(spec: Spec, dtype: torch.dtype | None, seq_len: int) -> torch.dtype:
+    """``dtype``, or float32 (else float64) for None, if it resolves the margins: eps * :func:`score_span` <=
+    1/8; else a ValueError, since rounding would silently move attention to a neighbouring key."""
+    span, sizes = score_span(spec), f"seq_len={seq_len}, alphabet_size={spec.alphabet_size}"
+    ok = [dt for dt in (torch.float32, torch.float64) if torch.finfo(dt).eps * span <= SCORE_SPAN_TOL]
+    if dtype is None and ok or dtype in ok:
+        return dtype or ok[0]
+    fix = f"use dtype={ok[0]} (or None)" if ok else "no float dtype is exact, use smaller sizes"
+    raise ValueError(f"{dtype or 'float64'} is not exact at {sizes} (scores span {span:.3g} margins): {fix}")
+
+
 @dataclass
 class Trace:
     """``residuals[ℓ]`` (B, T, d) after layer ℓ (0: embedding), ``attentions[ℓ-1]`` (B, T, T) of layer ℓ."""
@@ -41,7 +60,7 @@ class HopTransformer(nn.Module):
 
     def __init__(self, spec: Spec, n_layers: int, dtype: torch.dtype, inverse_temperature: float, seq_len: int):
         super().__init__()
-        self.layout = lay = hop_layout(spec.n_layers - 2, spec.multi)
+        lay = hop_layout(spec.n_layers - 2, spec.multi)
         self.subspaces, self.d_model, self.n_layers = dict(lay.slices), lay.width, n_layers
         blocks = [layers.previous_letter_layer(spec, lay, dtype), layers.induction_layer(spec, lay, dtype)]
         blocks += [layers.doubling_layer(spec, lay, ell, dtype) for ell in range(3, spec.n_layers + 1)]
@@ -62,7 +81,7 @@ class HopTransformer(nn.Module):
     @inverse_temperature.setter
     def inverse_temperature(self, c: float) -> None:
         # NaN, zero, a negative or infinite c makes softmax undefined or uniform: silent nonsense
-        if isinstance(c, bool) or not isinstance(c, numbers.Real) or not (math.isfinite(c) and c > 0):
+        if not 0 < c < math.inf:
             raise ValueError(f"inverse_temperature must be a real number in (0, inf), got {c!r}")
         self._inverse_temperature = float(c)
 
@@ -138,18 +157,24 @@ class HopTransformer(nn.Module):
         return out
 
 
-def hop_transformer(k: int, seq_len: int, alphabet_size: int, dtype: torch.dtype = torch.float32,
+def _hop_spec(k: int, seq_len: int, alphabet_size: int) -> Spec:
+    return Spec(n_layers=max(depth_ceil(k), 2), programs={k: hop_program(k)}, circle=seq_len + 1,
+                alphabet_size=alphabet_size, answer_from_ptr=(k == 1))
+
+
+def hop_transformer(k: int, seq_len: int, alphabet_size: int, dtype: torch.dtype | None = None,
                     inverse_temperature: float | None = None) -> HopTransformer:
     """Theorem 4.2 (corrected depth): ⌈log₂ k⌉ + 2 layers of one head, one width for all k, N and alphabets;
-    ``model(x)`` scores letters ``x`` (B, N <= seq_len), argmax hop(x, k) (class ``alphabet_size`` = ⊥)."""
-    spec = Spec(n_layers=max(depth_ceil(k), 2), programs={k: hop_program(k)}, circle=seq_len + 1,
-                alphabet_size=alphabet_size, answer_from_ptr=(k == 1))
+    ``model(x)`` scores letters ``x`` (B, N <= seq_len), argmax hop(x, k) (class ``alphabet_size`` = ⊥).
+    ``dtype`` None: float32 where it is exact, else float64 (:func:`exact_dtype`)."""
+    spec = _hop_spec(k, seq_len, alphabet_size)
+    dtype = exact_dtype(spec, dtype, seq_len)
     c = lemma_a2_inverse_temperature(seq_len, dtype) if inverse_temperature is None else inverse_temperature
     return HopTransformer(spec, depth_ceil(k), dtype, c, seq_len)  # hop_0: no layers, read the letter
 
 
 def multi_hop_transformer(max_hops: int = 16, seq_len: int = 100, alphabet_size: int = 4,
-                          dtype: torch.dtype = torch.float32,
+                          dtype: torch.dtype | None = None,
                           inverse_temperature: float | None = None) -> HopTransformer:
     """The multi-task model of the paper's experiments, by hand: it reads k from the k-token of
     :class:`hoplib.tasks.HopTask` inputs, and its logits are indexed by target token id, so the evaluation code
@@ -158,6 +183,7 @@ def multi_hop_transformer(max_hops: int = 16, seq_len: int = 100, alphabet_size:
     programs = {kk: hop_program(kk, n_layers) for kk in range(max_hops + 1)}
     spec = Spec(n_layers=n_layers, programs=programs, circle=seq_len - 1, alphabet_size=alphabet_size,
                 multi=True)
+    dtype = exact_dtype(spec, dtype, seq_len)
     c = lemma_a2_inverse_temperature(seq_len - 1, dtype) if inverse_temperature is None else inverse_temperature
     return HopTransformer(spec, n_layers, dtype, c, seq_len)
 
@@ -168,10 +194,12 @@ def count_errors(model: HopTransformer, x: torch.Tensor, batch_size: int = 1000)
     return sum(int((model.predict(xb) != hop(xb, model.k)).sum()) for xb in x.split(batch_size))
 
 
-def min_exact_inverse_temperature(model: HopTransformer, x: torch.Tensor, lo=0.05,
-                                  hi=1e4, rel_tol=0.02, batch_size=256) -> float:
-    """The smallest inverse temperature (to ``rel_tol``) at which ``model`` is exact on
-    letters ``x``, by bisection on a log scale; ``math.inf`` if none up to ``hi``."""
+def min_exact_inverse_temperature(model: HopTransformer, x: torch.Tensor,
+                                  lo=0.05, hi=1e4, rel_tol=0.02,
+                                  batch_size=256) -> float:
+    """The smallest inverse temperature (to ``rel_tol``) at which ``model`` is
+    exact on letters ``x``, by bisection on a log scale; ``math.inf`` if none
+    up to ``hi``."""
     old = model.inverse_temperature
 
     def exact(c: float) -> bool:
@@ -201,11 +229,11 @@ def precision_study(ns: list[int], dtypes: tuple[torch.dtype, ...] = (torch.floa
         x = HopTask(seq_len=n + 2, alphabet_size=alphabet_size).letters(max(1, total_letters // n), gen,
                                                                         torch.device(device))
         for dt in dtypes:
-            model = hop_transformer(k, n, alphabet_size, dtype=dt).to(device)
+            model = HopTransformer(_hop_spec(k, n, alphabet_size), depth_ceil(k), dt,  # float32 past its limit too
+                                   lemma_a2_inverse_temperature(n, dt), n).to(device)
             c_min = min_exact_inverse_temperature(model, x, hi=hi, rel_tol=rel_tol, batch_size=64)
             out.append({"n": n, "dtype": str(dt).replace("torch.", ""), "k": k, "n_sequences": int(x.shape[0]),
                         "c_min": c_min if math.isfinite(c_min) else None,
                         "c_lemma_a2": lemma_a2_inverse_temperature(n, dt),
-                        "errors_at_lemma_a2": count_errors(model, x, batch_size=64), "ln_n": math.log(n + 1),
-                        "lookup_margin_raw": 1 - math.cos(2 * math.pi / (n + 1))})
+                        "errors_at_lemma_a2": count_errors(model, x, batch_size=64), "ln_n": math.log(n + 1)})
     return out

@@ -13,8 +13,9 @@ from hoplib.tasks import hop
 
 
 def reachable_hops(n_layers: int, heads: int = 1) -> set[int]:
-    """Every hop count some register holds after some composition program of depth ``n_layers``: layers 1-2
-    leave the registers {0, 1}; each later layer does ``heads`` lookUps at registers it holds."""
+    """Every hop count some register holds after some composition program of
+    depth ``n_layers``: layers 1-2 leave the registers {0, 1}; each later
+    layer does ``heads`` lookUps at registers it holds."""
     states = {frozenset({0, 1})}
     for _ in range(n_layers - 2):
         nxt = set()

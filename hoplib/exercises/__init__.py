@@ -1,10 +1,6 @@
-"""Checkers for the book's exercises.
-
-A checker runs a reader's function on a set of test cases, compares each answer with hoplib's own, and
-reports the first disagreement in words (the input, the expected and the received value), so a student
-learns *what* is wrong rather than only *that* something is. Each chapter's checkers live in a submodule
-named after the chapter (``hoplib.exercises.tasks``, ``hoplib.exercises.construction``, ...), all built on
-:func:`check_function`.
+"""Checkers for the book's exercises, one submodule per chapter (``hoplib.exercises.tasks``, ...), all built on
+:func:`check_function`: it runs a reader's function on test cases, compares each answer with hoplib's own, and
+reports the first disagreements in words (input, expected, received), so a student learns *what* is wrong.
 """
 
 from __future__ import annotations
@@ -36,31 +32,36 @@ class CheckResult:
         return ("✅ " if self.passed else "❌ ") + self.message
 
 
-def _to_list(v: Any) -> Any:
-    if isinstance(v, torch.Tensor):
-        return v.detach().cpu().tolist()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return v
+def to_list(v: Any) -> Any:
+    """Tensors and arrays as (nested) lists, anything else unchanged: the default form answers are compared in."""
+    return v.detach().cpu().tolist() if isinstance(v, torch.Tensor) else v.tolist() if isinstance(v, np.ndarray) else v
 
 
-def check_function(user_fn: Callable[..., Any], reference_fn: Callable[..., Any], cases: Iterable[tuple],
-                   *, name: str = "your function", describe: Callable[[tuple], str] | None = None,
-                   max_failures: int = 3) -> CheckResult:
-    """Compare ``user_fn(*case)`` with ``reference_fn(*case)`` on every case; explain mismatches.
+def rounded(v: Any, digits: int = 6) -> float | None:
+    """A scalar answer rounded to ``digits`` decimals (None for NaN), so float noise is not a failure."""
+    v = float(v.item() if isinstance(v, torch.Tensor) else v)
+    return None if v != v else round(v, digits)
 
-    Exceptions raised by ``user_fn`` count as failures and are reported with their message.
+
+def check_function(user_fn: Callable[..., Any], reference_fn: Callable[..., Any], cases: Iterable[tuple], *,
+                   name: str = "your function", describe: str | Callable[[tuple], str] | None = None,
+                   answer: Callable[[Any], Any] = to_list, max_failures: int = 3) -> CheckResult:
+    """Compare ``answer(user_fn(*case))`` with ``answer(reference_fn(*case))`` on every case; explain mismatches.
+
+    ``describe`` shows a case: a callable, or the arguments' names (``"n, k"`` shows ``n=5, k=2``). Exceptions
+    raised by ``user_fn`` count as failures and are reported with their message.
     """
-    if not callable(user_fn):
-        raise TypeError(f"user_fn must be callable, got {type(user_fn).__name__}")
+    if isinstance(describe, str):
+        names = [s.strip() for s in describe.split(",")]
+        describe = lambda c: ", ".join(f"{a}={to_list(v)}" for a, v in zip(names, c, strict=True))  # noqa: E731
     failures: list[str] = []
     n = 0
     for case in cases:
         n += 1
-        shown = describe(case) if describe else ", ".join(repr(_to_list(c)) for c in case)
-        expected = _to_list(reference_fn(*case))
+        shown = describe(case) if describe else ", ".join(repr(to_list(c)) for c in case)
+        expected = answer(reference_fn(*case))
         try:
-            got = _to_list(user_fn(*case))
+            got = answer(user_fn(*case))
         except Exception as exc:  # noqa: BLE001 - the reader's code may raise anything
             failures.append(f"on input {shown}: {name} raised {type(exc).__name__}: {exc}")
         else:

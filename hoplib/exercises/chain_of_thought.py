@@ -19,16 +19,6 @@ def _reference_chain(letters: list[int], k: int) -> list[str]:
     return task.decode(batch.chain[0, :int(batch.chain_len[0])]) + [task.token_str(batch.answer[0])]
 
 
-def _chain_cases(n: int = 150, seed: int = 0) -> list[tuple[list[int], int]]:
-    rng = np.random.default_rng(seed)
-    cases = [([1, 0, 4, 1, 2, 0, 1, 4, 1, 3, 4, 0], 2), ([0, 1, 0, 1], 3), ([2, 0, 1], 1), ([0, 1, 2], 2)]
-    for _ in range(n):
-        size = int(rng.integers(2, 5))
-        length = int(rng.integers(3, 16))
-        cases.append((rng.integers(0, size, size=length).tolist(), int(rng.integers(0, 6))))
-    return cases
-
-
 def check_full_chain(user_fn: Callable[[list[int], int], Any]) -> CheckResult:
     """Check ``user_fn(letters, k) -> list of str``: the full chain and then the answer, as readable tokens.
 
@@ -36,21 +26,17 @@ def check_full_chain(user_fn: Callable[[list[int], int], Any]) -> CheckResult:
     ``"(p,a)"`` for the pair (p, x_p) with the letter written 'a', 'b', ...; ``"~"`` for ⊥ (the chain broke);
     the answer is a letter ('a', ...) or ``"~"``. For k = 0 the list is just the last letter.
     """
-
-    def user(letters: list[int], k: int) -> list[str]:
-        return [str(t) for t in user_fn(list(letters), k)]
-
-    return check_function(user, _reference_chain, _chain_cases(), name="your chain",
-                          describe=lambda c: f"letters={c[0]}, k={c[1]}")
+    rng = np.random.default_rng(0)
+    cases = [([1, 0, 4, 1, 2, 0, 1, 4, 1, 3, 4, 0], 2), ([0, 1, 0, 1], 3), ([2, 0, 1], 1), ([0, 1, 2], 2)] + [
+        (rng.integers(0, int(rng.integers(2, 5)), size=int(rng.integers(3, 16))).tolist(), int(rng.integers(0, 6)))
+        for _ in range(150)]
+    return check_function(lambda letters, k: user_fn(list(letters), k), _reference_chain, cases,
+                          name="your chain", describe="letters, k", answer=lambda out: [str(t) for t in out])
 
 
 def check_lookups(user_fn: Callable[[int, str], Any]) -> CheckResult:
     """Check ``user_fn(k, chain) -> list of int``: for each generated token (chain, then answer), the dependent
     lookups it needs after the token before it; against :func:`~hoplib.lower_bounds.cot.lookups_per_token`."""
-
-    def user(k: int, chain: str) -> list[int]:
-        return [int(v) for v in user_fn(k, chain)]
-
-    cases = [(k, c) for c in CHAINS for k in range(0, 13)]
-    return check_function(user, lookups_per_token, cases, name="your lookup count",
-                          describe=lambda c: f"k={c[0]}, chain={c[1]!r}")
+    return check_function(user_fn, lookups_per_token, [(k, c) for c in CHAINS for k in range(13)],
+                          name="your lookup count", describe=lambda c: f"k={c[0]}, chain={c[1]!r}",
+                          answer=lambda out: [int(v) for v in out])

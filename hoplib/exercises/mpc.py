@@ -35,26 +35,21 @@ def check_sum_step(user_step: Callable) -> CheckResult:
     into table ``"sums"``; with more machines than words of memory it must fail with a receive-limit error."""
     cases = [(2, 8, 3, 0), (5, 8, 1, 1), (8, 8, 4, 2), (9, 8, 2, 3), (4, 16, 0, 4)]
     return check_function(lambda *c: _machine0_sums(user_step, *c), lambda *c: _machine0_sums(_reference_sum_step, *c),
-                          cases, name="your step", describe=lambda c: f"q={c[0]} machines, s={c[1]} words, "
-                                                                      f"{c[2]} values each")
+                          cases, name="your step", describe="q, s, values_per_machine, seed")
 
 
 def check_doubling_rounds(user_rounds: Callable[[int], int]) -> CheckResult:
     """Check a formula for the rounds :func:`hoplib.mpc.protocols.hop_protocol` spends on pointer doubling."""
     x = np.random.default_rng(0).integers(0, 4, 300)
     return check_function(user_rounds, lambda k: hop_protocol(x, k, 128)[1].phases.get("pointer doubling", 0),
-                          [(k,) for k in (0, 1, 2, 3, 7, 8, 16, 100, 1000)], name="your round count",
-                          describe=lambda c: f"k={c[0]}")
+                          [(k,) for k in (0, 1, 2, 3, 7, 8, 16, 100, 1000)], name="your round count", describe="k")
 
 
 def check_layer_rounds(user_rounds: Callable[[int, int, int, int], int]) -> CheckResult:
     """Check a formula ``rounds(N, memory, width, heads)`` for :func:`hoplib.mpc.layer_sim.layer_as_mpc`."""
+
     def measured(n: int, memory: int, width: int, heads: int) -> int:
         return layer_as_mpc(AttentionLayer.random(width, heads), np.zeros((n, width)), memory)[1].rounds
 
     cases = [(2, 64, 4, 2), (16, 64, 4, 2), (17, 64, 4, 2), (16, 128, 4, 2), (50, 96, 2, 1), (9, 300, 3, 3)]
-    return check_function(user_rounds, measured, cases, name="your round count",
-                          describe=lambda c: f"N={c[0]}, s={c[1]}, m={c[2]}, H={c[3]}")
-
-
-__all__ = ["check_doubling_rounds", "check_layer_rounds", "check_sum_step"]
+    return check_function(user_rounds, measured, cases, name="your round count", describe="N, s, m, H")

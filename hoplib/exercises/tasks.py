@@ -12,14 +12,13 @@ from hoplib.tasks import find, hop, letters_to_str
 
 def _cases(seed: int = 0, n_random: int = 40) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    fixed = [np.array([0]), np.array([0, 0]), np.array([1, 0, 4, 1, 2, 0, 1, 4, 1, 3, 4, 0]),  # baebcabebdea
-             np.array([0, 1, 0, 1, 0, 1]), np.array([2, 2, 2, 1, 1])]
-    return fixed + [rng.integers(0, int(rng.integers(2, 6)), size=int(rng.integers(1, 30))) for _ in range(n_random)]
+    fixed = [[0], [0, 0], [1, 0, 4, 1, 2, 0, 1, 4, 1, 3, 4, 0], [0, 1, 0, 1, 0, 1], [2, 2, 2, 1, 1]]  # baebcabebdea
+    return [np.array(x) for x in fixed] + [rng.integers(0, int(rng.integers(2, 6)), size=int(rng.integers(1, 30)))
+                                           for _ in range(n_random)]
 
 
 def _show(case: tuple) -> str:
-    return f"x={letters_to_str(case[0])!r} (as numbers {np.asarray(case[0]).tolist()})" + "".join(
-        f", k={k}" for k in case[1:])
+    return f"x={letters_to_str(case[0])!r} (as numbers {case[0].tolist()})" + "".join(f", k={k}" for k in case[1:])
 
 
 def check_find(user_find: Callable[[np.ndarray], object]) -> CheckResult:

@@ -21,25 +21,16 @@ def block_sizes(n: int, num_players: int) -> list[int]:
 
 def block_bounds(n: int, num_players: int) -> dict[int, tuple[int, int]]:
     """``{j: (lo, hi)}``: player P_j holds positions [lo, hi) (P_p leftmost, P_1 rightmost)."""
-    starts = np.concatenate([[0], np.cumsum(block_sizes(n, num_players))]).astype(int).tolist()
+    starts = np.cumsum([0, *block_sizes(n, num_players)]).tolist()
     return {num_players - b: (starts[b], starts[b + 1]) for b in range(num_players)}
 
 
 def sequence_ids(x: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A 1-D sequence of ids (NumPy array or tensor) as a LongTensor on ``device``."""
-    xt = torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
-    if xt.ndim != 1 or xt.is_floating_point():
+    """A 1-D sequence of integer ids (NumPy array or tensor) as a LongTensor on ``device``."""
+    xt = torch.as_tensor(x)
+    if xt.ndim != 1 or xt.is_floating_point():  # .long() would truncate floats silently
         raise ValueError(f"x must be a 1-D sequence of integer ids, got {xt.dtype} of shape {tuple(xt.shape)}")
     return xt.long().to(device)
-
-
-def _as_bits(bits: object) -> tuple[int, ...]:
-    if isinstance(bits, (torch.Tensor, np.ndarray)):
-        bits = bits.reshape(-1).tolist()
-    out = tuple(int(b) for b in bits)
-    if any(b not in (0, 1) for b in out):  # a count of "bits" that are not bits would be wrong silently
-        raise ValueError("bits must hold only 0 and 1")
-    return out
 
 
 @dataclass(frozen=True)
@@ -56,28 +47,24 @@ class Blackboard:
     """The blackboard of Definition E.1: enforces the speaking order and counts every bit posted."""
 
     num_players: int
-    message_bits: int | None = None  # at most this many bits per message (None: no limit)
     posts: list[Post] = field(default_factory=list)
 
     def post(self, round: int, player: int, bits: object) -> None:
-        b = _as_bits(bits)
-        if self.message_bits is not None and len(b) > self.message_bits:
-            raise ValueError(f"a message of {len(b)} bits exceeds message_bits = {self.message_bits}")
+        if isinstance(bits, (torch.Tensor, np.ndarray)):
+            bits = bits.reshape(-1).tolist()
+        b = tuple(as_bits(bits).tolist())
         if not 1 <= player <= self.num_players:
             raise ValueError(f"no player P_{player} among P_{self.num_players}, ..., P_1")
-        if self.posts:
-            last = self.posts[-1]
-            if round < last.round or (round == last.round and player >= last.player):
-                raise ValueError(f"P_{player} cannot post in round {round} after P_{last.player} posted in "
-                                 f"round {last.round}: players speak P_{self.num_players}, ..., P_1 each round")
+        last = self.posts[-1] if self.posts else None
+        if last and (round < last.round or (round == last.round and player >= last.player)):
+            raise ValueError(f"P_{player} cannot post in round {round} after P_{last.player} posted in "
+                             f"round {last.round}: players speak P_{self.num_players}, ..., P_1 each round")
         self.posts.append(Post(round, player, b))
 
     def last_message(self, player: int, round: int | None = None) -> tuple[int, ...] | None:
         """The last message of P_``player`` (in ``round`` if given), or None."""
-        for p in reversed(self.posts):
-            if p.player == player and (round is None or p.round == round):
-                return p.bits
-        return None
+        return next((p.bits for p in reversed(self.posts)
+                     if p.player == player and round in (None, p.round)), None)
 
     @property
     def output(self) -> tuple[int, ...] | None:  # P_1's last message
@@ -100,10 +87,9 @@ Player = Callable[[int, Blackboard], object]
 """A player's strategy: (round, blackboard) -> the bits to post, or None to stay silent."""
 
 
-def run_protocol(players: Sequence[Player], num_rounds: int, message_bits: int | None = None,
-                 blackboard: Blackboard | None = None) -> Blackboard:
+def run_protocol(players: Sequence[Player], num_rounds: int, blackboard: Blackboard | None = None) -> Blackboard:
     """Run ``players[j - 1]`` as P_j for ``num_rounds`` rounds, P_p first in each; returns the blackboard."""
-    board = Blackboard(len(players), message_bits) if blackboard is None else blackboard
+    board = Blackboard(len(players)) if blackboard is None else blackboard
     if board.posts or board.num_players != len(players):
         raise ValueError(f"blackboard must be empty and have num_players = {len(players)}")
     for r in range(1, num_rounds + 1):
@@ -121,9 +107,18 @@ def int_to_bits(value: int, width: int) -> tuple[int, ...]:
     return tuple((value >> i) & 1 for i in range(width))
 
 
+def as_bits(bits: object) -> np.ndarray:
+    """``bits`` as a flat uint8 array, or a ValueError unless every value is exactly 0 or 1 (int() would round
+    0.7 to 0 and a float32 pattern of 2s would decode to garbage, silently)."""
+    arr = np.asarray(bits).reshape(-1)
+    if not np.isin(arr, (0, 1)).all():
+        raise ValueError(f"bits must hold only 0 and 1, got {arr[~np.isin(arr, (0, 1))][0].item()!r}")
+    return arr.astype(np.uint8)
+
+
 def bits_to_int(bits: Sequence[int]) -> int:
     """Inverse of :func:`int_to_bits`."""
-    return sum(int(b) << i for i, b in enumerate(_as_bits(bits)))
+    return sum(int(b) << i for i, b in enumerate(as_bits(bits)))
 
 
 def class_bits(n_classes: int) -> int:
@@ -139,7 +134,5 @@ def floats_to_bits(t: torch.Tensor) -> tuple[int, ...]:
 
 def bits_to_floats(bits: Sequence[int], shape: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
     """Inverse of :func:`floats_to_bits`: a float32 tensor of ``shape`` (exact round trip)."""
-    arr = np.packbits(np.asarray(bits, dtype=np.uint8), bitorder="little").view(np.float32)
-    if arr.size != math.prod(shape):
-        raise ValueError(f"bits must hold {math.prod(shape)} float32 numbers, got {len(bits)} bits")
+    arr = np.packbits(as_bits(bits), bitorder="little").view(np.float32)
     return torch.from_numpy(arr.copy()).reshape(tuple(shape)).to(device)

@@ -1,9 +1,7 @@
-"""One-layer transformers with chain of thought on hop_k (Definition 5.5 and Corollary 5.6 of the paper); the
-chapter ``chapters/chain_of_thought.md`` explains the format. The chain writes a pointer token ``@p`` after each
-search and a pair token ``(p, a)`` after each fetch: the full chain for hop_k is ``@p_1 (p_1,a_1) ... @p_k``
-then the answer (2k - 1 tokens, one lookup each); the half chain lists every other hop; ``none`` answers at
-once; ⊥ is absorbing. Token ids extend :class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pair tokens.
-"""
+"""One-layer transformers with chain of thought on hop_k (Definition 5.5, Corollary 5.6; the chapter
+``chain_of_thought.md`` explains the format). The full chain for hop_k is ``@p_1 (p_1,a_1) ... @p_k``, a pointer
+token after each search and a pair token after each fetch, then the answer; the half chain lists every other
+hop, ``none`` answers at once. Token ids extend :class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pairs."""
 
 from __future__ import annotations
 
@@ -28,12 +26,15 @@ _TRAIN_SEED_BASE = 2**31
 
 # --------------------------------------------------------------------------- the format
 def hops_listed(k: int, chain: str) -> list[int]:
-    """The hops j whose pointer p_j = find^j(N-1) the chain writes: none, every other one ending at k, all."""
+    """The hops j whose pointer p_j = find^j(N-1) the chain writes: none, every
+    other one ending at k, or all."""
     if chain not in CHAINS:
         raise ValueError(f"chain must be one of {CHAINS}, got {chain!r}")
     if chain == "none" or k == 0:
         return []
-    return list(range(1, k + 1)) if chain == "full" else list(range(2 - k % 2, k + 1, 2))
+    if chain == "full":
+        return list(range(1, k + 1))
+    return list(range(2 - k % 2, k + 1, 2))  # k, k - 2, ..., down to 2 or 1
 
 
 def micro_steps(k: int, chain: str) -> list[int]:
@@ -156,8 +157,7 @@ def cot_model(task: CotTask, *, d_model: int = 64, heads: int = 4, depth: int = 
 
 @torch.no_grad()
 def greedy_decode(model: nn.Module, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
-    """Append ``n_new`` tokens to ``prompt`` (B, T0), each the argmax at the last position (eval mode, no
-    cache); returns them (B, n_new)."""
+    """The ``n_new`` tokens (B, n_new) that greedy decoding appends to ``prompt`` (B, T0), in eval mode."""
     was = model.training
     model.eval()
     try:
@@ -194,97 +194,82 @@ def cot_errors(model: nn.Module, task: CotTask, *, ks: list[int] | None = None, 
 
 
 class CotConstruction(nn.Module):
-    """A hand-built ONE-layer softmax transformer that writes the full chain and answers hop_k exactly.
-
-    Three heads in parallel (:meth:`heads`: *search* for the last position s <= p with letter a, *fetch* of the
-    letter at p + 1 by the score 2(p+1)s - s², and *k* from position 0), every score gap at least 1, softmax at
-    inverse temperature ``coldness`` (Lemma A.2). The token-wise output map (code, not MLP weights) writes
-    ``@find`` at a letter or pair token (⊥ if the search hit the start token), and at the j-th pointer token
-    the pair (p, fetched letter) if j < k, else the fetched letter, the answer; ⊥ after ⊥. Scores are float64.
-    """
+    """A hand-built ONE-layer softmax transformer that writes the full chain and answers hop_k exactly: three
+    heads in parallel (:meth:`heads`), every score gap at least 1, softmax at inverse temperature ``coldness``
+    (Lemma A.2), float64 scores; the token-wise output map is code, not MLP weights."""
 
     def __init__(self, task: CotTask, coldness: float = 30.0):
         super().__init__()
         if task.chain != "full":  # the other formats would decode silently wrong
             raise ValueError(f"task.chain must be 'full' for the construction, got {task.chain!r}")
-        self.task = task
-        self.coldness = float(coldness)
-        self.register_buffer("_anchor", torch.zeros(1, dtype=torch.float64))
+        self.task, self.coldness = task, float(coldness)
 
     def _fields(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per token: its position t, kind, letter a and pointer p (a letter's p is t - 1)."""
         task, v = self.task, self.task.vocab
         alpha = task.hop_task.alphabet_size
         t = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
         letter = (ids >= v.first_letter) & (ids < v.no_answer)
         ptr = (ids >= task.ptr_base) & (ids < task.pair_base)
-        pair = ids >= task.pair_base
-        a = torch.where(letter, ids - v.first_letter, (ids - task.pair_base).clamp(min=0) % alpha)
-        p = torch.where(letter, t - 1, torch.where(ptr, ids - task.ptr_base, (ids - task.pair_base).clamp(min=0)
-                                                   // alpha))
-        return {"t": t, "letter": letter, "ptr": ptr, "pair": pair, "a": a, "p": p,
+        pair = (ids - task.pair_base).clamp(min=0)
+        a = torch.where(letter, ids - v.first_letter, pair % alpha)
+        p = torch.where(letter, t - 1, torch.where(ptr, ids - task.ptr_base, pair // alpha))
+        return {"t": t, "letter": letter, "ptr": ptr, "pair": ids >= task.pair_base, "a": a, "p": p,
                 "start": t == 0, "other": ~letter & (t > 0)}
 
     def heads(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The three heads' attention weights (B, T, T), rows = queries, at the current coldness."""
+        """The three heads' attention weights (B, T, T), rows = queries."""
         f = self._fields(ids)
         n, alpha = self.task.n_letters, self.task.hop_task.alphabet_size
-        dd = torch.float64
         lam = 2.0 * n + 4.0
+        one = torch.ones_like(ids, dtype=torch.float64)
+
+        def col(x: torch.Tensor) -> torch.Tensor:
+            return x.double().unsqueeze(-1)
+
+        # search: score s at a letter key s <= p, lam more if its letter is a;
+        # lam / 2 at the start token (no match), -2 lam at any other token
         s_idx = torch.arange(n + 1, device=ids.device)
-        # search: query (row over key positions, letter one-hot, start, other); key (one-hot position, ...)
-        row = torch.where(s_idx <= f["p"].unsqueeze(-1), s_idx.to(dd), torch.full((), -lam, dtype=dd))
-        searcher = (f["letter"] | f["pair"]).unsqueeze(-1)
-        q_s = torch.cat([row, lam * F.one_hot(f["a"], alpha).to(dd),
-                         torch.full(ids.shape + (1,), lam / 2, dtype=dd, device=ids.device),
-                         torch.full(ids.shape + (1,), -2 * lam, dtype=dd, device=ids.device)], dim=-1)
-        q_s = q_s * searcher
-        t_clip = f["t"].clamp(max=n)
-        k_s = torch.cat([F.one_hot(t_clip, n + 1).to(dd) * f["letter"].unsqueeze(-1),
-                         F.one_hot(f["a"], alpha).to(dd) * f["letter"].unsqueeze(-1),
-                         f["start"].unsqueeze(-1).to(dd), f["other"].unsqueeze(-1).to(dd)], dim=-1)
-        # fetch: quadratic lookUp of sequence position p + 1
-        tt = f["t"].to(dd)
-        q_f = torch.stack([2.0 * (f["p"] + 1).to(dd), torch.full_like(tt, -1.0), torch.full_like(tt, -1.0)], -1)
-        q_f = q_f * f["ptr"].unsqueeze(-1)
-        isl = f["letter"].to(dd)
-        k_f = torch.stack([tt * isl, tt * tt * isl, 1.0 - isl], -1)
-        # k: constant query, key = "is position 0"
-        q_k = torch.ones(ids.shape + (1,), dtype=dd, device=ids.device)
-        k_k = f["start"].unsqueeze(-1).to(dd)
-        mask = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device).tril()
+        row = torch.where(s_idx <= f["p"].unsqueeze(-1), s_idx, -lam)
+        q_s = torch.cat([row, lam * F.one_hot(f["a"], alpha),
+                         col(lam / 2 * one), col(-2 * lam * one)], -1)
+        q_s = q_s * col(f["letter"] | f["pair"])
+        k_s = torch.cat([F.one_hot(f["t"].clamp(max=n), n + 1) * col(f["letter"]),
+                         F.one_hot(f["a"], alpha) * col(f["letter"]),
+                         col(f["start"]), col(f["other"])], -1)
+        # fetch: the quadratic lookUp 2(p + 1)s - s^2 of position p + 1
+        t, isl = f["t"].double(), f["letter"].double()
+        q_f = torch.stack([2.0 * (f["p"] + 1).double(), -one, -one], -1)
+        q_f = q_f * col(f["ptr"])
+        k_f = torch.stack([t * isl, t * t * isl, 1.0 - isl], -1)
+        # k: a constant query, the key "is position 0"
+        q_k, k_k = col(one), col(f["start"])
+        qk = {"search": (q_s, k_s), "fetch": (q_f, k_f), "k": (q_k, k_k)}
+        size = ids.shape[1]
+        causal = torch.ones(size, size, dtype=torch.bool, device=ids.device).tril()
         out = {}
-        for name, q, k in (("search", q_s, k_s), ("fetch", q_f, k_f), ("k", q_k, k_k)):
-            scores = self.coldness * (q @ k.transpose(-2, -1))
-            out[name] = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        for name, (q, k) in qk.items():
+            scores = self.coldness * (q.double() @ k.double().transpose(-2, -1))
+            out[name] = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         return out
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, vocab): a one-hot vote for ψ's next token at every position."""
+        """Logits (B, T, vocab): a one-hot vote for the next token at every position."""
         task, v = self.task, self.task.vocab
+        alpha = task.hop_task.alphabet_size
         with torch.autocast(device_type=ids.device.type, enabled=False):
-            f = self._fields(ids)
-            att = self.heads(ids)
-            alpha = task.hop_task.alphabet_size
-            dd = torch.float64
-            val_s = torch.stack([f["t"].to(dd) * f["letter"], f["start"].to(dd)], -1)
-            val_f = F.one_hot(f["a"], alpha).to(dd) * f["letter"].unsqueeze(-1)
-            val_k = (ids * f["start"]).to(dd).unsqueeze(-1)
-            found = att["search"] @ val_s
-            s_found = found[..., 0].round().long()
-            hit_start = found[..., 1] > 0.5
-            fetched = (att["fetch"] @ val_f).argmax(dim=-1)
-            k_val = (att["k"] @ val_k)[..., 0].round().long()
-            j = (f["t"] - task.prompt_length) // 2 + 1
-            nxt = torch.full_like(ids, v.blank)
-            search_out = torch.where(hit_start, torch.full_like(ids, v.no_answer), task.ptr_base + s_found.clamp(min=0))
-            search_out = torch.where(f["letter"] & (k_val == 0), ids, search_out)
-            nxt = torch.where(f["letter"] | f["pair"], search_out, nxt)
-            fetch_out = torch.where(j >= k_val, v.first_letter + fetched,
-                                    task.pair_base + f["p"] * alpha + fetched)
-            nxt = torch.where(f["ptr"], fetch_out, nxt)
-            nxt = torch.where(ids == v.no_answer, torch.full_like(ids, v.no_answer), nxt)
-        return F.one_hot(nxt, task.vocab_size).to(torch.float32)
-
+            f, att = self._fields(ids), self.heads(ids)
+            found = att["search"] @ torch.stack([f["t"] * f["letter"], f["start"]], -1).double()
+            letters = F.one_hot(f["a"], alpha) * f["letter"].unsqueeze(-1)
+            fetched = (att["fetch"] @ letters.double()).argmax(dim=-1)
+            k_val = (att["k"] @ (ids * f["start"]).double().unsqueeze(-1))[..., 0].round().long()
+            j = (f["t"] - task.prompt_length) // 2 + 1  # at the j-th pointer token
+            search = torch.where(found[..., 1] > 0.5, v.no_answer, task.ptr_base + found[..., 0].round().long())
+            search = torch.where(f["letter"] & (k_val == 0), ids, search)
+            fetch = torch.where(j >= k_val, v.first_letter + fetched, task.pair_base + f["p"] * alpha + fetched)
+            nxt = torch.where(f["letter"] | f["pair"], search, torch.where(f["ptr"], fetch, v.blank))
+            nxt = torch.where(ids == v.no_answer, v.no_answer, nxt)
+        return F.one_hot(nxt, task.vocab_size).float()
 
 
 # --------------------------------------------------------------------------- Corollary 5.6's reduction
@@ -294,37 +279,32 @@ def cot_protocol_bits(n_new: int, num_players: int, d_model: int, heads: int, n_
     return n_new * ((num_players - 1) * 32 * (d_model + 2 * heads) + comm.class_bits(n_classes))
 
 
-def _query(model: GPT, prompt: torch.Tensor, generated: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The public current token (the prompt's last or the last generated one) embedded (1, m), and its query
-    split into heads (H, d)."""
-    dev = prompt.device
-    pos = prompt.shape[0] - 1 + len(generated)
-    tok = prompt[-1] if not generated else torch.tensor(generated[-1], device=dev)
-    x = model.wte(tok.view(1)) + model.wpe(torch.tensor([pos], device=dev))
-    q, _, _ = model.blocks[0].attn.qkv_heads(model.blocks[0].ln1(x).unsqueeze(0))  # (1, H, 1, d)
-    return x, q[0, :, 0]
-
-
-def block_softmax_stats(model: GPT, ids: torch.Tensor, pos: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """What one player posts: per head, over the keys of its block (tokens ``ids`` at positions ``pos``), the
-    max score, sum exp(score - max) and sum exp(score - max) * value: (H, d + 2) numbers."""
+def block_softmax_stats(model: GPT, ids: torch.Tensor, pos: torch.Tensor,
+                        q: torch.Tensor) -> torch.Tensor:
+    """What one player posts: per head, over the keys of its block (tokens ``ids``
+    at positions ``pos``), the max score, sum exp(score - max) and
+    sum exp(score - max) * value: (H, d + 2) numbers."""
     blk = model.blocks[0]
-    _, k, v = blk.attn.qkv_heads(blk.ln1(model.wte(ids) + model.wpe(pos)).unsqueeze(0))  # (1, H, n, d)
-    k, v = k[0], v[0]
+    x = blk.ln1(model.wte(ids) + model.wpe(pos)).unsqueeze(0)
+    _, k, v = (z[0] for z in blk.attn.qkv_heads(x))  # (H, n, d)
     sc = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1])  # (H, n)
     mx = sc.max(dim=-1).values
     w = torch.exp(sc - mx.unsqueeze(-1))
-    return torch.cat([mx.unsqueeze(-1), w.sum(-1, keepdim=True), (w.unsqueeze(-1) * v).sum(1)], dim=-1)
+    return torch.cat([mx.unsqueeze(-1), w.sum(-1, keepdim=True),
+                      (w.unsqueeze(-1) * v).sum(1)], dim=-1)
 
 
-def finish_token(model: GPT, x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
-    """P_1's step: merge the blocks' statistics into exact softmax attention, then finish the layer at the
-    query (projection, residual, MLP, final LayerNorm, head): the logits (C,)."""
+def finish_token(model: GPT, x: torch.Tensor,
+                 parts: list[torch.Tensor]) -> torch.Tensor:
+    """P_1's step: merge the blocks' statistics into exact softmax attention, then
+    finish the layer at the query (projection, residual, MLP, final LayerNorm,
+    head): the logits (C,)."""
     blk = model.blocks[0]
     st = torch.stack(parts)  # (P, H, d + 2)
     mx = st[..., 0].max(dim=0).values
     scale = torch.exp(st[..., 0] - mx)  # (P, H)
-    y = (scale.unsqueeze(-1) * st[..., 2:]).sum(0) / (scale * st[..., 1]).sum(0).unsqueeze(-1)  # (H, d)
+    num = (scale.unsqueeze(-1) * st[..., 2:]).sum(0)  # (H, d)
+    y = num / (scale * st[..., 1]).sum(0).unsqueeze(-1)
     h = x + blk.attn.project(y.unsqueeze(1).unsqueeze(0))[0]
     h = model.ln_f(h + blk.mlp(blk.ln2(h)))
     return (h if model.unembed is None else model.unembed(h))[0]
@@ -333,21 +313,24 @@ def finish_token(model: GPT, x: torch.Tensor, parts: list[torch.Tensor]) -> torc
 def _cot_player(model: GPT, prompt: torch.Tensor, block: tuple[int, int], j: int, num_players: int,
                 generated: list[int], result: dict[str, torch.Tensor]) -> comm.Player:
     """P_j posts its block's statistics for the current query; P_1 merges them and posts the next token."""
-    t0, dev = prompt.shape[0], prompt.device
+    t0, dev, blk = prompt.shape[0], prompt.device, model.blocks[0]
     ids, pos = prompt[block[0]:block[1]], torch.arange(*block, device=dev)  # P_j's private input
 
     def play(r: int, board: comm.Blackboard) -> object:
         if r > 1 and len(generated) < r - 1:  # read the previous round's token from P_1's post
             generated.append(comm.bits_to_int(board.last_message(1, r - 1)))
-        x, q = _query(model, prompt, generated)
+        # the public current token: the prompt's last or the last generated one
+        tok = torch.tensor(generated[-1:], device=dev) if generated else prompt[-1:]
+        x = model.wte(tok) + model.wpe(torch.tensor([t0 - 1 + len(generated)], device=dev))
+        q = blk.attn.qkv_heads(blk.ln1(x).unsqueeze(0))[0][0, :, 0]  # (H, d)
         own = block_softmax_stats(model, ids, pos, q)
         if j > 1:
             return comm.floats_to_bits(own)
-        parts = [own]
+        parts = [own] + [comm.bits_to_floats(board.last_message(i, r), own.shape, dev)
+                         for i in range(2, num_players + 1)]
         if generated:
             parts.append(block_softmax_stats(model, torch.tensor(generated, device=dev),
                                              torch.arange(t0, t0 + len(generated), device=dev), q))
-        parts += [comm.bits_to_floats(board.last_message(i, r), own.shape, dev) for i in range(2, num_players + 1)]
         logits = result["logits"] = finish_token(model, x, parts)
         return comm.int_to_bits(int(logits.argmax()), comm.class_bits(logits.shape[-1]))
     return play
@@ -356,12 +339,9 @@ def _cot_player(model: GPT, prompt: torch.Tensor, block: tuple[int, int], j: int
 @torch.no_grad()
 def simulate_cot_protocol(model: GPT, prompt: torch.Tensor, n_new: int, num_players: int,
                           blackboard: comm.Blackboard | None = None) -> tuple[list[int], torch.Tensor, int]:
-    """Greedy decoding of a ONE-layer :class:`hoplib.models.GPT` as the blackboard protocol of Cor. 5.6.
-
-    The prompt (1-D ids) is cut into ``num_players`` blocks (:func:`~hoplib.lower_bounds.communication.
-    block_bounds`), P_1 holding the rightmost; generated tokens and the prompt's last token are public. Round r
-    produces generated token r (``n_new`` = N_CoT + 1 rounds). Returns ``(tokens, last_logits, bits)``: the
-    tokens (equal to :func:`greedy_decode`'s), the last round's logits and the bits posted."""
+    """Greedy decoding of a ONE-layer :class:`hoplib.models.GPT` as Cor. 5.6's protocol: the prompt (1-D ids) in
+    ``num_players`` blocks, P_1 holding the rightmost; generated tokens and the prompt's last token are public;
+    round r produces token r. Returns ``(tokens, last_logits, bits)``, tokens equal to :func:`greedy_decode`'s."""
     if model.config.depth != 1:  # the protocol would simulate a different model
         raise ValueError(f"model must have depth 1 (Corollary 5.6 is about one layer), got {model.config.depth}")
     prompt = prompt.to(next(model.parameters()).device)
@@ -383,8 +363,8 @@ def simulate_cot_protocol(model: GPT, prompt: torch.Tensor, n_new: int, num_play
 def train_cot(model: nn.Module, task: CotTask, *, steps: int, batch_size: int = 64, lr: float = 3e-3,
               warmup_steps: int = 50, weight_decay: float = 0.01, seed: int = 0,
               device: str | torch.device = "auto", progress: bool = True) -> dict[str, Any]:
-    """Teacher forcing with the book's loop (:func:`hoplib.train.optimise`): cross-entropy on the chain and
-    answer tokens only, fresh samples every step (the batch of step t has seed 2**31 + seed * 2**20 + t)."""
+    """Teacher forcing with :func:`hoplib.train.optimise`: cross-entropy on the chain and answer tokens only, the
+    batch of step t drawn with seed 2**31 + seed * 2**20 + t."""
     if steps >= 2**20:  # training seeds would run into the next seed's
         raise ValueError(f"steps must be < 2**20, got {steps}")
     config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,

@@ -1,11 +1,11 @@
 """Performer kernel attention (FAVOR+, Corollary 5.3) and Longformer masks (Corollary 5.4) for
-:class:`hoplib.models.GPT` (``GPTConfig(attention=PerformerAttention(m'))``). FAVOR+'s positive random features
-estimate exp(q . k / sqrt(d)) without bias; causal kernel attention is computed as running sums (the
-recurrent state a player posts) or as T x T weights, both stabilised so that exp does not overflow.
+:class:`hoplib.models.GPT` (``GPTConfig(attention=PerformerAttention(m'))``). Causal kernel attention is computed
+as running sums (the state a player posts) or as T x T weights, both stabilised so that exp does not overflow.
 Positions are 0-based, so position 0 (the hop-count token) is always global."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -13,68 +13,50 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from hoplib.models import AttentionSpec, CausalSelfAttention, GPTConfig, SoftmaxAttention, register_attention
+from hoplib.models import ATTENTIONS, AttentionSpec, CausalSelfAttention, GPTConfig, register_attention
 from hoplib.tasks import HopTask, find_k
 
 KINDS = ("softmax", "performer", "longformer")
 """The attentions compared in Corollaries 5.3 and 5.4: the paper's softmax and the two efficient ones."""
 
+
 # --------------------------------------------------------------------------- random features (FAVOR+)
-
-
-def orthogonal_features(n_features: int, dim: int, *, seed: int | None = None,
-                        generator: torch.Generator | None = None,
-                        device: str | torch.device | None = None) -> torch.Tensor:
-    """FAVOR+'s projection W (n_features x dim): blocks of ``dim`` orthogonal directions (QR of a Gaussian
-    matrix, signs fixed so the rotation is uniform), each row scaled to the norm of a Gaussian vector, so rows are
-    marginally N(0, I) and the estimate stays unbiased. Drawn on the CPU from ``seed`` or ``generator``."""
-    gen = torch.Generator().manual_seed(seed) if seed is not None else generator
+def orthogonal_features(n_features: int, dim: int, *, seed: int | None = None) -> torch.Tensor:
+    """FAVOR+'s projection W (n_features x dim): blocks of ``dim`` orthogonal directions, rows scaled to Gaussian
+    norms (marginally N(0, I), so the estimate is unbiased); on the CPU from ``seed`` (None: the global RNG)."""
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
     blocks = []
     for _ in range(math.ceil(n_features / dim)):
-        g = torch.randn(dim, dim, generator=gen)
-        qmat, r = torch.linalg.qr(g)
-        qmat = qmat * torch.sign(torch.diagonal(r)).unsqueeze(0)  # sign fix: makes the rotation uniform (Haar)
-        blocks.append(qmat.T)  # rows orthonormal
-    w = torch.cat(blocks)[:n_features]
+        qmat, r = torch.linalg.qr(torch.randn(dim, dim, generator=gen))
+        blocks.append((qmat * torch.sign(torch.diagonal(r)).unsqueeze(0)).T)  # sign fix: a uniform rotation
     norms = torch.randn(n_features, dim, generator=gen).norm(dim=1, keepdim=True)
-    return (w * norms).to(device if device is not None else "cpu")
+    return torch.cat(blocks)[:n_features] * norms
 
 
-def log_features(x: torch.Tensor, features: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """W x' - |x'|^2 / 2 with x' = x scale^(1/2) (the log-features; ``scale`` defaults to 1/sqrt(d))."""
-    d = x.shape[-1]
-    s = (1.0 / math.sqrt(d)) if scale is None else float(scale)
+def log_features(x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """W x' - |x'|^2 / 2 with x' = x d^(-1/4), the log of FAVOR+'s positive features of x (..., d)."""
     dt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xs = x.to(dt) * math.sqrt(s)
+    xs = x.to(dt) * math.sqrt(1.0 / math.sqrt(x.shape[-1]))
     return xs @ features.to(dt).T - 0.5 * xs.pow(2).sum(-1, keepdim=True)
 
 
-def positive_features(x: torch.Tensor, features: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+def positive_features(x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """phi(x') = exp(W x' - |x'|^2 / 2) / sqrt(m'), without stabiliser: E[phi(q') . phi(k')] = exp(q' . k')."""
-    return log_features(x, features, scale).exp() / math.sqrt(features.shape[0])
+    return log_features(x, features).exp() / math.sqrt(features.shape[0])
 
 
-def _query_features(q: torch.Tensor, features: torch.Tensor, scale: float | None) -> torch.Tensor:
-    lq = log_features(q, features, scale)
-    return (lq - lq.amax(-1, keepdim=True)).exp()  # per-query constant: cancels after normalisation
+def _stable_features(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Features of q over their per-query max (a constant that cancels), of k over their max c (returned)."""
+    lq, lk = log_features(q, features), log_features(k, features)
+    c = lk.amax(-1)
+    return (lq - lq.amax(-1, keepdim=True)).exp(), (lk - c.unsqueeze(-1)).exp(), c
 
 
-def _key_features(k: torch.Tensor, features: torch.Tensor, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    lk = log_features(k, features, scale)
-    c = lk.amax(-1)  # (..., T)
-    return (lk - c.unsqueeze(-1)).exp(), c
-
-
-def _no_autocast(device: torch.device):
-    return torch.autocast(device_type=device.type, enabled=False)
-
-
-def kernel_attention_weights(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor,
-                             scale: float | None = None) -> torch.Tensor:
+def kernel_attention_weights(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """Causal FAVOR+ attention weights (..., T, T) in the quadratic form, rows summing to 1."""
-    with _no_autocast(q.device):
-        fq = _query_features(q, features, scale)
-        fk, c = _key_features(k, features, scale)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        fq, fk, c = _stable_features(q, k, features)
         t = q.shape[-2]
         causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         big_m = torch.cummax(c, dim=-1).values  # running max over keys j <= i
@@ -84,20 +66,16 @@ def kernel_attention_weights(q: torch.Tensor, k: torch.Tensor, features: torch.T
 
 
 def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor,
-                            scale: float | None = None,
                             state: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                             ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Causal FAVOR+ attention as running sums; returns ``(y, state)`` with state (S, z, M), M the running
-    key maximum that stabilises the exponentials. Pass a returned state to continue on the next block."""
-    with _no_autocast(q.device):
-        fq = _query_features(q, features, scale)
-        fk, c = _key_features(k, features, scale)
-        vf = v.float()
-        batch = q.shape[:-2]
-        m_feat, dv = features.shape[0], v.shape[-1]
+    """Causal FAVOR+ attention as running sums: ``(y, state)``, state (S, z, M) with M the running key maximum
+    (the stabiliser); pass a returned state to continue on the next block."""
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        fq, fk, c = _stable_features(q, k, features)
+        vf, batch = v.float(), q.shape[:-2]
         if state is None:
-            s = torch.zeros(*batch, m_feat, dv, device=q.device)
-            z = torch.zeros(*batch, m_feat, device=q.device)
+            s = torch.zeros(*batch, features.shape[0], v.shape[-1], device=q.device)
+            z = torch.zeros(*batch, features.shape[0], device=q.device)
             big_m = torch.full(batch, float("-inf"), device=q.device)
         else:
             s, z, big_m = (t.float() for t in state)
@@ -105,30 +83,22 @@ def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, f
         for i in range(q.shape[-2]):
             new_m = torch.maximum(big_m, c[..., i])
             decay = (big_m - new_m).exp()  # 0 at the start (exp(-inf)); the sums are 0 there anyway
-            gain = (c[..., i] - new_m).exp()
-            fki = fk[..., i, :] * gain.unsqueeze(-1)
+            fki = fk[..., i, :] * (c[..., i] - new_m).exp().unsqueeze(-1)
             s = s * decay[..., None, None] + fki.unsqueeze(-1) * vf[..., i, :].unsqueeze(-2)
             z = z * decay.unsqueeze(-1) + fki
             big_m = new_m
             fqi = fq[..., i, :]
-            num = (fqi.unsqueeze(-2) @ s).squeeze(-2)
-            den = (fqi * z).sum(-1, keepdim=True)
-            out.append(num / den)
+            out.append((fqi.unsqueeze(-2) @ s).squeeze(-2) / (fqi * z).sum(-1, keepdim=True))
         return torch.stack(out, dim=-2), (s, z, big_m)
 
 
 # --------------------------------------------------------------------------- Longformer masks
-
-
 def longformer_mask(n: int, window: int, global_every: int | None = None,
                     device: str | torch.device | None = None) -> torch.Tensor:
     """(n, n), True where query i may attend key j: j <= i and (i - j <= window or j = 0 mod global_every)."""
-    i = torch.arange(n, device=device).unsqueeze(1)
-    j = torch.arange(n, device=device).unsqueeze(0)
-    allowed = (i - j) <= window
-    if global_every is not None:
-        allowed = allowed | (j % global_every == 0)
-    return allowed & (j <= i)
+    i, j = torch.arange(n, device=device).unsqueeze(1), torch.arange(n, device=device)
+    glob = (j % global_every == 0) if global_every is not None else torch.zeros_like(j, dtype=torch.bool)
+    return (j <= i) & (((i - j) <= window) | glob)
 
 
 def masked_softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -138,20 +108,12 @@ def masked_softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor)
 
 
 # --------------------------------------------------------------------------- the attentions of a GPT layer
-
-
 class PerformerSelfAttention(CausalSelfAttention):
-    """Causal FAVOR+ attention; the projection ``features`` (m' x d_head, shared by the layer's heads) is a
-    buffer, drawn from torch's global generator and saved in the state dict."""
+    """Causal FAVOR+ attention; its projection ``features`` (m' x d_head, shared by the heads) is a buffer."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
-        self.register_buffer("features", orthogonal_features(cfg.attention.n_features, cfg.d_model // cfg.heads,
-                                                             generator=torch.default_generator))
-
-    def redraw_features(self, seed: int) -> None:
-        """Draw a new FAVOR+ projection, reproducibly from ``seed``."""
-        self.features.copy_(orthogonal_features(self.features.shape[0], self.features.shape[1], seed=seed))
+        self.register_buffer("features", orthogonal_features(cfg.attention.n_features, cfg.d_model // cfg.heads))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -214,16 +176,13 @@ class LongformerAttention(AttentionSpec):
 def attention_spec(kind: str, *, n_features: int | None = None, window: int | None = None,
                    global_every: int | None = None) -> AttentionSpec:
     """The attention of ``kind`` (one of :data:`KINDS`) with its settings."""
-    used = {"softmax": (), "performer": ("n_features",), "longformer": ("window", "global_every")}[kind]
+    spec = ATTENTIONS[kind]
+    fields = {f.name for f in dataclasses.fields(spec)}
     given = {"n_features": n_features, "window": window, "global_every": global_every}
-    unused = [name for name, value in given.items() if value is not None and name not in used]
+    unused = [name for name, value in given.items() if value is not None and name not in fields]
     if unused:  # a setting silently ignored would make another model than the one asked for
         raise ValueError(f"{unused} are not settings of {kind!r} attention")
-    if kind == "performer":
-        return PerformerAttention(n_features)
-    if kind == "longformer":
-        return LongformerAttention(window, global_every)
-    return {"softmax": SoftmaxAttention}[kind]()
+    return spec(**{name: value for name, value in given.items() if name in fields})
 
 
 def out_of_reach(task: HopTask, window: int, depths: list[int], *, n_samples: int = 100,

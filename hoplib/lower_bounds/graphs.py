@@ -1,15 +1,14 @@
-"""Connectivity instances with a controlled diameter (Theorem 5.1, Corollaries 3.3 and 3.5 of the paper),
-batched on the device, and their serialisation as tokens. An instance is two components of one family (path,
-cycle or tree), each of diameter exactly D; s is an end of the first, t the other end of the same component
-(connected) or an end of the second, so both classes have the same graph. Names, edge order and orientation
-are random.
-"""
+"""Connectivity instances of diameter D (Theorem 5.1, Corollaries 3.3 and 3.5), batched, and their tokens. An
+instance is two components of one family (path, cycle or tree), each of diameter exactly D; s is an end of the
+first, t the other end of the same component (connected) or an end of the second, so both classes have the same
+graph. Names, edge order and orientation are random."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from hoplib._book.device import get_device
 
@@ -17,7 +16,7 @@ FAMILIES = ("path", "cycle", "tree")
 
 
 def min_diameter(family: str) -> int:
-    """Smallest diameter the family supports: 1 for paths, 2 for cycles and trees."""
+    """Smallest diameter the family supports."""
     return 1 if family == "path" else 2
 
 
@@ -31,8 +30,6 @@ class GraphBatch:
     t: torch.Tensor
     y: torch.Tensor
     num_nodes: int
-    family: str
-    diameter: int
 
     @property
     def batch_size(self) -> int:
@@ -56,7 +53,7 @@ def _component_edges(family: str, d: int, b: int, gen: torch.Generator, device: 
         a = torch.arange(2 * d, device=device)
         return torch.stack([a, (a + 1) % (2 * d)], 1).expand(b, 2 * d, 2).clone()
     # tree: spine 0..d; node j > d hangs below a random earlier node p with depth(p) + 1 <= min(i, d - i),
-    # where i is the spine node p hangs from and depth its distance to the spine (the diameter stays d).
+    # i the spine node p hangs from, depth its distance to the spine (the diameter stays d)
     c, rows = 2 * d, torch.arange(b, device=device)
     spine = torch.arange(d + 1, device=device)
     depth = torch.zeros(b, c, dtype=torch.long, device=device)
@@ -79,8 +76,7 @@ def _component_edges(family: str, d: int, b: int, gen: torch.Generator, device: 
 
 def sample_graphs(family: str, diameter: int, batch_size: int, *, seed: int = 0, device: str | torch.device = "cpu",
                   p_connected: float = 0.5) -> GraphBatch:
-    """``batch_size`` instances (module docstring) drawn on ``device`` by a generator seeded with ``seed``;
-    each is connected with probability ``p_connected``."""
+    """``batch_size`` instances (module docstring) from ``seed``, each connected with probability ``p_connected``."""
     if family not in FAMILIES or diameter < min_diameter(family):  # else: a graph of another diameter
         raise ValueError(f"no {family!r} instances of diameter {diameter}; families {FAMILIES}")
     d, b, dev = diameter, batch_size, get_device(device)
@@ -101,12 +97,12 @@ def sample_graphs(family: str, diameter: int, batch_size: int, *, seed: int = 0,
     edges = edges.gather(1, order[:, :, None].expand(-1, -1, 2))
     flip = torch.rand(b, edges.shape[1], generator=gen, device=dev) < 0.5
     edges = torch.where(flip[:, :, None], edges.flip(2), edges)
-    return GraphBatch(edges, s, t, y, n, family, d)
+    return GraphBatch(edges, s, t, y, n)
 
 
 def node_features(batch: GraphBatch, n_random: int = 0, *, seed: int = 0) -> torch.Tensor:
-    """Input features (B, N, 2 + n_random): one-hot marks of s and t, then ``n_random`` standard normal
-    features per node (fresh for every instance), which make nodes distinguishable (beyond 1-WL symmetry)."""
+    """Input features (B, N, 2 + n_random): one-hot marks of s and t, then ``n_random`` standard normal features
+    per node, which make nodes distinguishable (beyond 1-WL symmetry)."""
     b, n = batch.batch_size, batch.num_nodes
     x = torch.zeros(b, n, 2 + n_random, device=batch.device)
     rows = torch.arange(b, device=batch.device)
@@ -118,47 +114,55 @@ def node_features(batch: GraphBatch, n_random: int = 0, *, seed: int = 0) -> tor
     return x
 
 
+def check_nodes(name: str, ids: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``ids``, or a ValueError if one lies outside [0, num_nodes) (indexing would wrap or fail)."""
+    if ids.numel() and not bool(((ids >= 0) & (ids < num_nodes)).all()):
+        raise ValueError(f"{name} must be node ids in [0, {num_nodes}), got {int(ids.min())}..{int(ids.max())}")
+    return ids
+
+
+def adjacency(edges: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """(B, N, N) boolean adjacency matrices of the undirected graphs ``edges`` (B, E, 2)."""
+    b, n = check_nodes("edges", edges, num_nodes).shape[0], num_nodes
+    adj = torch.zeros(b, n, n, dtype=torch.bool, device=edges.device)
+    rows = torch.arange(b, device=edges.device)[:, None]
+    adj[rows, edges[..., 0], edges[..., 1]] = True
+    adj[rows, edges[..., 1], edges[..., 0]] = True
+    return adj
+
+
 def bfs_distances(edges: torch.Tensor, num_nodes: int, sources: torch.Tensor) -> torch.Tensor:
-    """Hop distances (B, N) from ``sources`` (B,) in the undirected graphs ``edges`` (B, E, 2); -1 if
-    unreachable. Frontier expansion with ``index_add_``, at most N steps, all on the edges' device."""
-    n, b, dev = num_nodes, edges.shape[0], edges.device
-    flat = (edges + (torch.arange(b, device=dev) * n)[:, None, None]).reshape(-1, 2)
-    src = torch.cat([flat[:, 0], flat[:, 1]])
-    dst = torch.cat([flat[:, 1], flat[:, 0]])
-    dist = torch.full((b * n,), -1, dtype=torch.long, device=dev)
-    start = sources.to(dev).long() + torch.arange(b, device=dev) * n
-    dist[start] = 0
-    frontier = torch.zeros(b * n, dtype=torch.bool, device=dev)
-    frontier[start] = True
-    for step in range(1, n):
-        hit = torch.zeros(b * n, dtype=torch.int32, device=dev).index_add_(0, dst, frontier[src].int()) > 0
-        new = hit & (dist < 0)
-        if not bool(new.any()):
+    """Hop distances (B, N) from ``sources`` (B,) in the graphs ``edges`` (B, E, 2); -1 if unreachable."""
+    adj = adjacency(edges, num_nodes).float()
+    dist = torch.full((edges.shape[0], num_nodes), -1, dtype=torch.long, device=edges.device)
+    frontier = F.one_hot(check_nodes("sources", sources.to(edges.device).long(), num_nodes), num_nodes).bool()
+    for step in range(num_nodes):
+        dist[frontier] = step
+        frontier = (torch.bmm(frontier.float().unsqueeze(1), adj).squeeze(1) > 0) & (dist < 0)
+        if not bool(frontier.any()):
             break
-        dist[new] = step
-        frontier = new
-    return dist.view(b, n)
+    return dist
 
 
-def serialise(batch: GraphBatch, n_ids: int | None = None, *, marks: bool = False) -> torch.Tensor:
-    """Token ids (B, 3E + 4): ``QRY s t (SEP u v)*E END``, node names as tokens ``0..n_ids-1``, then SEP, QRY
-    and END. With ``marks`` every occurrence of s and t carries its mark, ``v + n_ids`` for s and
-    ``v + 2 n_ids`` for t (the information the GNN gets as node features)."""
+def serialise(batch: GraphBatch, n_ids: int | None = None, *,
+              marks: bool = False) -> torch.Tensor:
+    """Token ids (B, 3E + 4): QRY s t (SEP u v)*E END, node names as tokens
+    0..n_ids-1, then SEP, QRY and END. With ``marks`` every occurrence of s and t
+    carries its mark, v + n_ids for s and v + 2 n_ids for t (what the GNN gets as
+    node features)."""
     n_ids = batch.num_nodes if n_ids is None else n_ids
     if n_ids < batch.num_nodes:  # names would collide with SEP, QRY, END
-        raise ValueError(f"n_ids must be at least num_nodes = {batch.num_nodes}, got {n_ids}")
-    b, e = batch.batch_size, batch.num_edges
-    n_node_tokens = 3 * n_ids if marks else n_ids
-    sep, qry, end = n_node_tokens, n_node_tokens + 1, n_node_tokens + 2
-    dev = batch.device
-    edges = batch.edges
-    s, t = batch.s, batch.t
+        raise ValueError(f"n_ids must be at least num_nodes = {batch.num_nodes}")
+    edges, s, t = batch.edges, batch.s, batch.t
     if marks:
-        edges = edges + n_ids * ((edges == s[:, None, None]).long() + 2 * (edges == t[:, None, None]).long())
+        is_s, is_t = edges == s[:, None, None], edges == t[:, None, None]
+        edges = edges + n_ids * (is_s.long() + 2 * is_t.long())
         s, t = s + n_ids, t + 2 * n_ids
-    body = torch.cat([torch.full((b, e, 1), sep, dtype=torch.long, device=dev), edges], 2).reshape(b, 3 * e)
-    head = torch.stack([torch.full_like(s, qry), s, t], 1)
-    return torch.cat([head, body, torch.full((b, 1), end, dtype=torch.long, device=dev)], 1)
+    sep = (3 if marks else 1) * n_ids  # QRY is sep + 1, END sep + 2
+    body = torch.cat([torch.full_like(edges[:, :, :1], sep), edges], 2)
+    head = torch.stack([torch.full_like(s, sep + 1), s, t], 1)
+    end = torch.full_like(s[:, None], sep + 2)
+    return torch.cat([head, body.flatten(1), end], 1)
 
 
 def vocab_size(n_ids: int, *, marks: bool = False) -> int:

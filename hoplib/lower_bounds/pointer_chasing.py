@@ -39,8 +39,7 @@ class PointerChasingInstance:
         return 2 * self.q + 2
 
     @property
-    def length(self) -> int:
-        """2kq + 1: k blocks of 2q symbols and the start vertex."""
+    def length(self) -> int:  # k blocks of 2q symbols and the start vertex
         return 2 * self.k * self.q + 1
 
 
@@ -77,8 +76,8 @@ def to_hop_sequence(instance: PointerChasingInstance) -> tuple[np.ndarray, int]:
 
 def decode_answer(instance: PointerChasingInstance, symbol: int) -> int | None:
     """The half (0 or 1) named by the symbol 2q or 2q + 1; None for any other symbol."""
-    symbol, q = int(symbol), instance.q
-    return symbol - 2 * q if symbol in (2 * q, 2 * q + 1) else None
+    half = int(symbol) - 2 * instance.q
+    return half if half in (0, 1) else None
 
 
 def lower_bound_scale(n: int, k: int) -> float:
@@ -136,6 +135,6 @@ def pointer_chasing_players(instance: PointerChasingInstance,
 
 def solve_by_protocol(instance: PointerChasingInstance, strategy: str = "k_rounds") -> tuple[int, Blackboard]:
     """Run :func:`pointer_chasing_players`; returns (P_1's output bit, the blackboard)."""
-    rounds = {"k_rounds": instance.k, "one_round": 1}[strategy]
+    rounds = instance.k if strategy == "k_rounds" else 1
     board = run_protocol(pointer_chasing_players(instance, strategy), rounds)
     return board.output[0], board

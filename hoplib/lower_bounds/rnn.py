@@ -1,36 +1,26 @@
-"""Multi-layer RNNs in the paper's form (Section 5): :class:`RecurrentStack` of :class:`RecurrentLayer` s whose
-states encode to bits exactly; trained GRU, LSTM and Mamba-style layers; the hand-built :func:`hop_rnn`,
-:func:`prefix_rnn` and :func:`collapse`; and :func:`simulate_rnn_protocol`, Corollary 5.2's reduction.
-Hand-built models output ``alphabet_size + 1`` classes, the last meaning "no answer"."""
+"""Multi-layer RNNs in the paper's form (Section 5) with states that encode to bits exactly: trained GRU, LSTM and
+Mamba-style layers, the hand-built :func:`hop_rnn`, :func:`prefix_rnn` and :func:`collapse` (classes: the letters
+and "no answer"), and :func:`simulate_rnn_protocol`, Corollary 5.2's reduction."""
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib.lower_bounds.communication import (
-    Blackboard,
-    Player,
-    block_bounds,
-    class_bits,
-    int_to_bits,
-    run_protocol,
-    sequence_ids,
-)
+from hoplib.lower_bounds import communication as comm
 from hoplib.tasks import NO_ANSWER, hop
 
 State = tuple[torch.Tensor, ...]
 
-_INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-
 
 # --------------------------------------------------------------------------- bit encodings
 def uint_to_bits(values: torch.Tensor, width: int) -> torch.Tensor:
-    """Non-negative integers (B, n) -> bits (B, n * width), least significant bit first."""
+    """Non-negative integers (B, ...) -> bits (B, numel * width), least significant bit first."""
     if int(values.min()) < 0 or int(values.max()) >= 2**width:  # would wrap around silently
         raise ValueError(f"values must be in [0, {2**width - 1}] to fit in width = {width} bits")
     shifts = torch.arange(width, device=values.device)
@@ -40,70 +30,38 @@ def uint_to_bits(values: torch.Tensor, width: int) -> torch.Tensor:
 def bits_to_uint(bits: torch.Tensor, width: int) -> torch.Tensor:
     """Inverse of :func:`uint_to_bits`: bits (B, n * width) -> LongTensor (B, n)."""
     shifts = torch.arange(width, device=bits.device)
-    b = bits.long().reshape(bits.shape[0], -1, width)
-    return (b << shifts).sum(-1)
-
-
-def float_to_bits(t: torch.Tensor) -> torch.Tensor:
-    """The exact IEEE bits of a float32/float16/bfloat16 tensor (B, ...) as a bool tensor (B, numel * width)."""
-    ints = t.contiguous().view(_INT_VIEW[t.dtype]).reshape(t.shape[0], -1).long()
-    width = torch.finfo(t.dtype).bits
-    ints = ints % (2**width)  # two's complement as an unsigned integer
-    return uint_to_bits(ints, width)
-
-
-def bits_to_float(bits: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """Inverse of :func:`float_to_bits` for a state of per-sequence ``shape`` and ``dtype``."""
-    width = torch.finfo(dtype).bits
-    u = bits_to_uint(bits, width)
-    signed = torch.where(u >= 2 ** (width - 1), u - 2**width, u)
-    return signed.to(_INT_VIEW[dtype]).view(dtype).reshape((bits.shape[0], *shape))
+    return (bits.long().reshape(bits.shape[0], -1, width) << shifts).sum(-1)
 
 
 # --------------------------------------------------------------------------- the paper's RNN model
 class RecurrentLayer(nn.Module):
-    """One layer g_l: ``forward(z, state=None) -> (z_out, final_state)`` on z (B, T, ...), with a state of
-    ``state_bits()`` bits (a tuple of ``n_state_tensors()`` tensors) that ``encode_state`` writes as a bool
-    tensor (B, state_bits()) and ``decode_state`` reads back exactly: what the reduction posts."""
+    """One layer g_l: ``forward(z, state=None) -> (z_out, final_state)`` on z (B, T, ...). The state, tensors
+    described by :meth:`state_spec`, is written as bits (B, state_bits()) by :meth:`encode_state` and read back
+    exactly by :meth:`decode_state`: what the reduction posts."""
+
+    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
+        """Per state tensor: its shape per sequence and the bits of an unsigned entry (None: a float32)."""
+        raise NotImplementedError
 
     def state_bits(self) -> int:
-        raise NotImplementedError
-
-    def n_state_tensors(self) -> int:
-        raise NotImplementedError
+        return sum(math.prod(shape) * (width or 32) for shape, width in self.state_spec())
 
     def encode_state(self, state: State) -> torch.Tensor:
-        raise NotImplementedError
+        parts = []
+        for t, (_, width) in zip(state, self.state_spec(), strict=True):
+            if width is None:
+                t, width = t.float().contiguous().view(torch.int32).long() % 2**32, 32
+            parts.append(uint_to_bits(t, width))
+        return torch.cat(parts, dim=1)
 
     def decode_state(self, bits: torch.Tensor) -> State:
-        raise NotImplementedError
-
-
-class FloatStateLayer(RecurrentLayer):
-    """A layer whose state is a tuple of float tensors; each entry costs its IEEE width in bits."""
-
-    def state_shapes(self) -> list[tuple[int, ...]]:  # per sequence
-        raise NotImplementedError
-
-    def _dtype(self) -> torch.dtype:
-        return next(self.parameters()).dtype
-
-    def n_state_tensors(self) -> int:
-        return len(self.state_shapes())
-
-    def state_bits(self) -> int:
-        width = torch.finfo(self._dtype()).bits
-        return sum(math.prod(s) for s in self.state_shapes()) * width
-
-    def encode_state(self, state: State) -> torch.Tensor:
-        return torch.cat([float_to_bits(s.to(self._dtype())) for s in state], dim=1)
-
-    def decode_state(self, bits: torch.Tensor) -> State:
-        width = torch.finfo(self._dtype()).bits
         out, at = [], 0
-        for shape in self.state_shapes():
-            n = math.prod(shape) * width
-            out.append(bits_to_float(bits[:, at:at + n], shape, self._dtype()))
+        for shape, width in self.state_spec():
+            n = math.prod(shape) * (width or 32)
+            u = bits_to_uint(bits[:, at:at + n], width or 32).reshape(bits.shape[0], *shape)
+            if width is None:
+                u = torch.where(u >= 2**31, u - 2**32, u).to(torch.int32).view(torch.float32)
+            out.append(u)
             at += n
         return tuple(out)
 
@@ -119,40 +77,28 @@ class _MLP(nn.Module):
         return z + self.proj(F.gelu(self.fc(self.norm(z))))
 
 
-class TorchRNNLayer(FloatStateLayer):
-    """Pre-norm residual block z + RNN(LN(z)) around ``torch.nn.GRU`` or ``torch.nn.LSTM``, then an optional
-    residual MLP; state h (GRU) or (h, c) (LSTM), d_model floats each."""
+class TorchRNNLayer(RecurrentLayer):
+    """Pre-norm residual block z + RNN(LN(z)) around ``cell`` (``torch.nn.GRU`` or ``torch.nn.LSTM``), then an
+    optional residual MLP; state h (GRU) or (h, c) (LSTM), d_model float32s each."""
 
-    cell = nn.GRU
-
-    def __init__(self, d_model: int, mlp_ratio: int = 4):
+    def __init__(self, d_model: int, mlp_ratio: int = 4, cell: type[nn.RNNBase] = nn.GRU):
         super().__init__()
-        self.d_model = d_model
+        self.d_model, self.lstm = d_model, cell is nn.LSTM
         self.norm = nn.LayerNorm(d_model)
-        self.rnn = self.cell(d_model, d_model, batch_first=True)
+        self.rnn = cell(d_model, d_model, batch_first=True)
         self.mlp = _MLP(d_model, mlp_ratio) if mlp_ratio else nn.Identity()
 
-    def state_shapes(self) -> list[tuple[int, ...]]:
-        return [(self.d_model,)] * (2 if self.cell is nn.LSTM else 1)
+    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
+        return [((self.d_model,), None)] * (2 if self.lstm else 1)
 
     def forward(self, z: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
         h0 = None if state is None else tuple(t.unsqueeze(0).float().contiguous() for t in state)
-        if h0 is not None and self.cell is nn.GRU:
-            h0 = h0[0]
         with torch.autocast(device_type=z.device.type, enabled=False):  # the recurrence in float32
-            out, h = self.rnn(self.norm(z).float(), h0)
-        return self.mlp(z + out), tuple(t[0] for t in (h if isinstance(h, tuple) else (h,)))
+            out, h = self.rnn(self.norm(z).float(), h0 if self.lstm or h0 is None else h0[0])
+        return self.mlp(z + out), tuple(t[0] for t in (h if self.lstm else (h,)))
 
 
-class GRULayer(TorchRNNLayer):
-    cell = nn.GRU
-
-
-class LSTMLayer(TorchRNNLayer):
-    cell = nn.LSTM
-
-
-class MambaLayer(FloatStateLayer):
+class MambaLayer(RecurrentLayer):
     """A Mamba-style selective state-space block in pure torch, with Mamba-2's scalar decay per head: per head,
     S_t = exp(a_t) S_{t-1} + dt_t v_t B_t^T and y_t = S_t C_t + D v_t, after a causal depthwise convolution,
     gated by SiLU(g). Its state (the convolution's last inputs and S) carries over between blocks exactly."""
@@ -176,9 +122,9 @@ class MambaLayer(FloatStateLayer):
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
         self.mlp = _MLP(d_model, mlp_ratio) if mlp_ratio else nn.Identity()
 
-    def state_shapes(self) -> list[tuple[int, ...]]:
+    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
         p = self.d_inner // self.n_heads
-        return [(self.conv_dim, self.d_conv - 1), (self.n_heads, p, self.d_state)]
+        return [((self.conv_dim, self.d_conv - 1), None), ((self.n_heads, p, self.d_state), None)]
 
     def forward(self, z: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
         b, t, _ = z.shape
@@ -187,11 +133,8 @@ class MambaLayer(FloatStateLayer):
         g, xbc, dt = torch.split(u, [self.d_inner, self.conv_dim, hn], dim=-1)
         xbc = xbc.transpose(1, 2)  # (B, conv_dim, T)
         if state is None:
-            conv0 = xbc.new_zeros(b, self.conv_dim, self.d_conv - 1)
-            s0 = None
-        else:
-            conv0, s0 = state[0].to(xbc.dtype), state[1]
-        padded = torch.cat([conv0, xbc], dim=2)
+            state = (xbc.new_zeros(b, self.conv_dim, self.d_conv - 1), z.new_zeros(b, hn, p, s))
+        padded = torch.cat([state[0].to(xbc.dtype), xbc], dim=2)
         conv_state = padded[:, :, -(self.d_conv - 1):]
         xbc = F.silu(F.conv1d(padded, self.conv.weight, self.conv.bias, groups=self.conv_dim)).transpose(1, 2)
         v, bmat, cmat = torch.split(xbc, [self.d_inner, s, s], dim=-1)
@@ -207,11 +150,9 @@ class MambaLayer(FloatStateLayer):
         vx = v * step[..., None]
         y = scores @ vx  # (B, H, T, P)
         last = torch.exp(cum[..., -1:, None] - cum[..., :, None])  # (B, H, T, 1) decay from s to the end
-        s_final = torch.einsum("bhtp,bts->bhps", vx * last, bmat)
-        if s0 is not None:
-            s0 = s0.float()
-            y = y + torch.exp(cum)[..., None] * torch.einsum("bhps,bts->bhtp", s0, cmat)
-            s_final = s_final + torch.exp(cum[..., -1])[..., None, None] * s0
+        s0 = state[1].float()  # the state carried in: its decayed contributions
+        y = y + torch.exp(cum)[..., None] * torch.einsum("bhps,bts->bhtp", s0, cmat)
+        s_final = torch.einsum("bhtp,bts->bhps", vx * last, bmat) + torch.exp(cum[..., -1])[..., None, None] * s0
         y = y + self.D.float()[None, :, None, None] * v
         y = y.transpose(1, 2).reshape(b, t, self.d_inner).to(z.dtype)
         out = self.out_proj(self.out_norm(y * F.silu(g)))
@@ -245,16 +186,6 @@ class RecurrentStack(nn.Module):
         return self.readout(z)
 
 
-class _Readout(nn.Module):
-    def __init__(self, d_model: int, n_classes: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, n_classes)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(z))
-
-
 KINDS = ("gru", "lstm", "mamba")
 
 
@@ -262,17 +193,14 @@ def recurrent_model(kind: str, vocab_size: int, *, d_model: int = 64, n_layers: 
                     mlp_ratio: int = 4, **layer_kwargs: int) -> RecurrentStack:
     """Embedding, ``n_layers`` residual blocks of ``kind`` ("gru", "lstm" or "mamba"), LayerNorm and a linear
     head to ``n_classes`` (default ``vocab_size``) logits; ``layer_kwargs`` go to :class:`MambaLayer`."""
-    layer = {"gru": GRULayer, "lstm": LSTMLayer, "mamba": MambaLayer}[kind]
+    layer = {"gru": partial(TorchRNNLayer, cell=nn.GRU), "lstm": partial(TorchRNNLayer, cell=nn.LSTM),
+             "mamba": MambaLayer}[kind]
     layers = [layer(d_model, mlp_ratio, **layer_kwargs) for _ in range(n_layers)]
-    n_classes = vocab_size if n_classes is None else n_classes
-    return RecurrentStack(nn.Embedding(vocab_size, d_model), layers, _Readout(d_model, n_classes))
+    readout = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, n_classes or vocab_size))
+    return RecurrentStack(nn.Embedding(vocab_size, d_model), layers, readout)
 
 
 # --------------------------------------------------------------------------- hand-built exact RNNs
-def _width(values: int) -> int:  # bits for an integer in [0, values)
-    return max(1, math.ceil(math.log2(values)))
-
-
 class _LetterEmbed(nn.Module):
     """Token-wise: id x -> the pair (x, x), i.e. (symbol, hop_0 output), as a LongTensor (B, T, 2)."""
 
@@ -306,20 +234,13 @@ class HopLayer(RecurrentLayer):
         super().__init__()
         self.alphabet_size = alphabet_size
 
-    def state_bits(self) -> int:
-        return (self.alphabet_size + 1) * _width(self.alphabet_size + 1)
-
-    def n_state_tensors(self) -> int:
-        return 2
-
-    def initial_state(self, batch: int, device: torch.device) -> State:
-        a = self.alphabet_size
-        return (torch.full((batch, a), a, dtype=torch.long, device=device),
-                torch.full((batch,), a, dtype=torch.long, device=device))
+    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
+        width = comm.class_bits(self.alphabet_size + 1)
+        return [((self.alphabet_size,), width), ((), width)]
 
     def step(self, memory: torch.Tensor, prev: torch.Tensor, x: torch.Tensor,
              y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """g_l at one position: (memory, prev, x_i, y_i) -> (memory', x_i, output)."""
+        """g_l at one position: (memory, prev, x_i, y_i) -> (memory', x_i, y'_i)."""
         a = self.alphabet_size
         # File y under prev (a scratch column a absorbs "no previous symbol").
         scratch = memory.new_full((memory.shape[0], 1), a)
@@ -330,21 +251,14 @@ class HopLayer(RecurrentLayer):
         return memory, x, out
 
     def forward(self, z: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
-        memory, prev = self.initial_state(z.shape[0], z.device) if state is None else state
+        a, b = self.alphabet_size, z.shape[0]
+        memory, prev = (z.new_full((b, a), a), z.new_full((b,), a)) if state is None else state
         outs = []
         for i in range(z.shape[1]):
             memory, prev, out = self.step(memory, prev, z[:, i, 0], z[:, i, 1])
             outs.append(out)
         y = torch.stack(outs, dim=1) if outs else z[..., 1]
         return torch.stack([z[..., 0], y], dim=-1), (memory, prev)
-
-    def encode_state(self, state: State) -> torch.Tensor:
-        memory, prev = state
-        return uint_to_bits(torch.cat([memory, prev.unsqueeze(1)], dim=1), _width(self.alphabet_size + 1))
-
-    def decode_state(self, bits: torch.Tensor) -> State:
-        vals = bits_to_uint(bits, _width(self.alphabet_size + 1))
-        return vals[:, :-1].contiguous(), vals[:, -1].contiguous()
 
 
 def hop_rnn(k: int, alphabet_size: int) -> RecurrentStack:
@@ -360,36 +274,20 @@ class PrefixLayer(RecurrentLayer):
         super().__init__()
         self.k, self.alphabet_size, self.max_len = k, alphabet_size, max_len
 
-    def state_bits(self) -> int:
-        return self.max_len * _width(self.alphabet_size + 1)
-
-    def n_state_tensors(self) -> int:
-        return 1
+    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
+        return [((self.max_len,), comm.class_bits(self.alphabet_size + 1))]
 
     def forward(self, z: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
         b, t = z.shape[0], z.shape[1]
         a = self.alphabet_size
-        if state is None:
-            buffer = torch.full((b, self.max_len), a, dtype=torch.long, device=z.device)
-        else:
-            buffer = state[0].clone()
-        n0 = int((buffer[0] != a).sum())
-        if n0 + t > self.max_len:
-            raise ValueError(f"sequence length {n0 + t} exceeds max_len = {self.max_len}")
+        buffer = z.new_full((b, self.max_len), a) if state is None else state[0].clone()
+        n0 = int((buffer[0] != a).sum())  # symbols stored so far
         outs = []
         for i in range(t):
             buffer[:, n0 + i] = z[:, i, 0]
-            h = hop(buffer[:, :n0 + i + 1], self.k)[:, -1]
-            outs.append(torch.where(h == NO_ANSWER, torch.full_like(h, a), h))
+            outs.append(hop_classes(buffer[:, :n0 + i + 1], self.k, a)[:, -1])
         y = torch.stack(outs, dim=1) if outs else z[..., 1]
         return torch.stack([z[..., 0], y], dim=-1), (buffer,)
-
-    def encode_state(self, state: State) -> torch.Tensor:
-        return uint_to_bits(state[0], _width(self.alphabet_size + 1))
-
-    def decode_state(self, bits: torch.Tensor) -> State:
-        return (bits_to_uint(bits, _width(self.alphabet_size + 1)),)
-
 
 def prefix_rnn(k: int, alphabet_size: int, max_len: int) -> RecurrentStack:
     """Depth 1, width about N log |Sigma|: stores the prefix; as :func:`hop_rnn` otherwise."""
@@ -411,11 +309,8 @@ class CollapsedLayer(RecurrentLayer):
         super().__init__()
         self.inner = nn.ModuleList(layers)
 
-    def state_bits(self) -> int:
-        return sum(layer.state_bits() for layer in self.inner)
-
-    def n_state_tensors(self) -> int:
-        return sum(layer.n_state_tensors() for layer in self.inner)
+    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
+        return [spec for layer in self.inner for spec in layer.state_spec()]
 
     def forward(self, z: torch.Tensor, state: State | None = None
                 ) -> tuple[torch.Tensor, State]:
@@ -432,23 +327,8 @@ class CollapsedLayer(RecurrentLayer):
         return torch.cat(outs, dim=1), tuple(t for s in states for t in s)
 
     def _split(self, state: State) -> list[State]:
-        out, at = [], 0
-        for n in (layer.n_state_tensors() for layer in self.inner):
-            out.append(tuple(state[at:at + n]))
-            at += n
-        return out
-
-    def encode_state(self, state: State) -> torch.Tensor:
-        return torch.cat([layer.encode_state(s) for layer, s in zip(self.inner, self._split(state), strict=True)],
-                         dim=1)
-
-    def decode_state(self, bits: torch.Tensor) -> State:
-        parts, at = [], 0
-        for layer in self.inner:
-            n = layer.state_bits()
-            parts.extend(layer.decode_state(bits[:, at:at + n]))
-            at += n
-        return tuple(parts)
+        ends = np.cumsum([0] + [len(layer.state_spec()) for layer in self.inner]).tolist()
+        return [tuple(state[a:b]) for a, b in zip(ends, ends[1:], strict=False)]
 
 
 def collapse(model: RecurrentStack) -> RecurrentStack:
@@ -458,14 +338,12 @@ def collapse(model: RecurrentStack) -> RecurrentStack:
 
 # --------------------------------------------------------------------------- Corollary 5.2's reduction
 def rnn_player(model: RecurrentStack, block: torch.Tensor, j: int,
-               num_players: int, result: dict[str, torch.Tensor]) -> Player:
+               num_players: int, result: dict[str, torch.Tensor]) -> comm.Player:
     """P_j: in round l, continue layer l on its block from the state P_{j+1}
     posted, then post its own final state (P_1 posts the answer at the end)."""
     local = {"z": model.embed(block.unsqueeze(0))}  # P_j's block's activations
 
-    def play(r: int, board: Blackboard) -> object:
-        if r > model.n_layers:
-            return None
+    def play(r: int, board: comm.Blackboard) -> object:
         layer = model.layers[r - 1]
         state = None  # P_p starts from the initial state
         if j < num_players:
@@ -478,20 +356,20 @@ def rnn_player(model: RecurrentStack, block: torch.Tensor, j: int,
         if r < model.n_layers:
             return None
         logits = result["output"] = model.readout(local["z"])[0, -1]
-        return int_to_bits(int(logits.argmax()), class_bits(logits.shape[-1]))
+        c = logits.shape[-1]
+        return comm.int_to_bits(int(logits.argmax()), comm.class_bits(c))
     return play
 
 
 @torch.no_grad()
 def simulate_rnn_protocol(model: RecurrentStack, x: np.ndarray | torch.Tensor, num_players: int,
-                          blackboard: Blackboard | None = None) -> tuple[torch.Tensor, int]:
-    """Run ``model`` as Corollary 5.2's protocol with ``num_players`` players holding contiguous blocks of
-    ``x``: round l is layer l, and each state crosses to the next player only as bits on the blackboard.
-    Returns (the logits at the last position, equal to ``model(x)[0, -1]``; the number of bits posted)."""
+                          blackboard: comm.Blackboard | None = None) -> tuple[torch.Tensor, int]:
+    """Run ``model`` as Corollary 5.2's protocol, ``num_players`` players holding blocks of ``x``: round l is
+    layer l. Returns (the logits at the last position, equal to ``model(x)[0, -1]``; the bits posted)."""
     params = list(model.parameters()) + list(model.buffers())
-    xt = sequence_ids(x, params[0].device if params else "cpu")
+    xt = comm.sequence_ids(x, params[0].device if params else "cpu")
     result: dict[str, torch.Tensor] = {}
     players = [rnn_player(model, xt[lo:hi], j, num_players, result)
-               for j, (lo, hi) in sorted(block_bounds(len(xt), num_players).items())]
-    board = run_protocol(players, model.n_layers, blackboard=blackboard)
+               for j, (lo, hi) in sorted(comm.block_bounds(len(xt), num_players).items())]
+    board = comm.run_protocol(players, model.n_layers, blackboard=blackboard)
     return result["output"], board.total_bits

@@ -12,8 +12,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from hoplib._book.device import get_device
 from hoplib.evaluate import per_k_error
+from hoplib.lower_bounds.efficient_attention import KINDS as ATTENTION_KINDS
+from hoplib.lower_bounds.efficient_attention import attention_spec
+from hoplib.lower_bounds.rnn import recurrent_model
 from hoplib.models import count_parameters, gpt_for_task
+from hoplib.sweep import map_points
 from hoplib.tasks import HopTask
 from hoplib.train import TrainConfig, fit
 
@@ -25,12 +30,10 @@ BATCH_SIZE = 32  # the batch of every stored depth sweep of the lower-bound chap
 
 def recurrent_builder(task: HopTask, heads: int = 4) -> Builder:
     """Recurrent stacks of :func:`hoplib.lower_bounds.rnn.recurrent_model`, or GPTs for kind "transformer"."""
-    from hoplib.lower_bounds.rnn import recurrent_model
 
     def build(point: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
         if point["kind"] == "transformer":
-            model = gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=heads)
-            return model, {"state_bits": 0}
+            return gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=heads), {"state_bits": 0}
         model = recurrent_model(point["kind"], task.vocab_size, d_model=point["d_model"], n_layers=point["depth"])
         return model, {"state_bits": model.state_bits()[0]}
     return build
@@ -39,7 +42,6 @@ def recurrent_builder(task: HopTask, heads: int = 4) -> Builder:
 def attention_builder(task: HopTask, heads: int, n_features: int | None, window: int | None,
                       global_every: int | None) -> Builder:
     """GPTs with softmax, Performer (``n_features``) or Longformer (``window``, ``global_every``) attention."""
-    from hoplib.lower_bounds.efficient_attention import attention_spec
 
     def build(point: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
         kind = point["kind"]
@@ -55,8 +57,7 @@ def attention_builder(task: HopTask, heads: int, n_features: int | None, window:
 def measure_point(index: int, point: dict[str, Any], task: HopTask, make_build: Callable[[HopTask], Builder],
                   settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu") -> list[dict[str, Any]]:
     """Build, train and measure the model of one point; its records, one per k. torch is seeded with
-    ``seed + index`` before the model is built, so a result depends on the point's place in the grid only,
-    not on the worker that trains it."""
+    ``seed + index`` before the model is built, so a result depends on the point's place in the grid only."""
     torch.manual_seed(seed + index)
     model, extra = make_build(task)(point)
     config = TrainConfig(steps=settings["steps"], batch_size=settings.get("batch_size", BATCH_SIZE),
@@ -73,8 +74,6 @@ def point_job(task: HopTask, make_build: Callable[[HopTask], Builder], settings:
               seed: int = 0, device: str | torch.device = "auto") -> Callable[[int, dict[str, Any]], list]:
     """``(index, point) -> records``: :func:`measure_point` as the picklable job of :func:`hoplib.sweep.run_sweep`
     (``make_build`` must be a module-level function or a functools.partial of one)."""
-    from hoplib._book.device import get_device
-
     return functools.partial(measure_point, task=task, make_build=make_build, settings=dict(settings), seed=seed,
                              device=str(get_device(device)))
 
@@ -83,10 +82,8 @@ def sweep_points(task: HopTask, points: Sequence[dict[str, Any]], settings: Mapp
                  make_build: Callable[[HopTask], Builder], *, seed: int = 0, device: str | torch.device = "auto",
                  workers: int = 1, on_model: Callable[[list[dict[str, Any]]], None] | None = None
                  ) -> list[dict[str, Any]]:
-    """:func:`measure_point` for every point (each with its ``"lr"``; ``settings``: steps, warmup_steps,
-    n_samples), in ``workers`` processes of one thread each on a CPU; the records of all of them."""
-    from hoplib.sweep import map_points
-
+    """:func:`measure_point` for every point (``settings``: steps, warmup_steps, n_samples), in ``workers``
+    processes of one thread each on a CPU; the records of all of them (``on_model`` gets those so far)."""
     job = point_job(task, make_build, settings, seed=seed, device=device)
 
     def flat(results: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -122,12 +119,12 @@ def alphabet_point(index: int, point: Mapping[str, Any], settings: Mapping[str, 
     single-hop data with N = 2 |Sigma| + 32; its record with ``error`` at k = 1 and ``state_bits``."""
     a = point["alphabet_size"]
     task = HopTask(seq_len=2 * a + 32, alphabet_size=a, max_hops=1, min_hops=1)
-    if point["kind"] in ("softmax", "performer", "longformer"):
+    if point["kind"] in ATTENTION_KINDS:
         make_build = functools.partial(attention_builder, heads=settings["heads"],
                                        n_features=settings.get("n_features"), window=settings.get("window"),
                                        global_every=settings.get("global_every"))
     else:
         make_build = functools.partial(recurrent_builder, heads=settings["heads"])
     rec = measure_point(index, dict(point), task, make_build, settings, seed=seed, device=device)[0]
-    return {**point, **{key: rec.get(key, 0) for key in ("params", "state_bits", "error", "final_loss",
-                                                          "train_time_s")}}
+    keys = ("params", "state_bits", "error", "final_loss", "train_time_s")
+    return {**point, **{key: rec.get(key, 0) for key in keys}}

@@ -1,12 +1,9 @@
 """Theorem 3.4 (MPC simulates transformers): one attention layer run as an MPC protocol.
 
-Machines: N token machines, N^2 inner-product machines (i, i'), and per token a query tree and a key/value
-tree of branching b = floor(s / (4 m H)) and depth D = ceil(log_b N), whose leaves are the inner-product
-machines and whose roots are the token machines. Round 1 brings token i to its machine; in rounds 2..D+1
-Q_i goes down i's query tree and (K_i, V_i) down i's key/value tree, so (i, i') holds q_i, k_i', v_i'; in
-rounds D+2..2D+1 the softmax sums come up the query trees in log space (log Z = logsumexp_c log Z_c,
-S = sum_c exp(log Z_c - log Z) S_c); in round 2D+2 token machine i adds the residual, applies psi and sends
-its row to the first machines. 2D + 2 rounds, within the theorem's 2D + 3.
+Machines: N token machines, N^2 inner-product machines (i, i'), and per token a query tree and a key/value tree
+of branching b = floor(s / (4 m H)) and depth D = ceil(log_b N) from the token machine down to the (i, i').
+Q, K, V go down in D rounds, the softmax sums come up in log space in D more; with one round to bring the
+tokens in and one to finish, 2D + 2 rounds, within the theorem's 2D + 3.
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ import torch.nn.functional as F
 from hoplib.mpc.primitives import tree_depth
 from hoplib.mpc.simulator import Message, MPCSimulator, MPCStats, RoundContext, Table
 
-TOLERANCE = 1e-9
-"""Largest absolute difference allowed between the MPC run and the direct float64 forward pass."""
+TOLERANCE = 1e-9  # the largest difference allowed between the MPC run and the direct float64 forward pass
 
 
 @dataclass
@@ -80,14 +76,6 @@ class Layout:
         self.per_tree = int(sum(self.counts[1:self.depth]))
         self.base = n + n * n
         self.num_machines = self.base + 2 * n * self.per_tree
-        self.rtok = np.zeros(self.num_machines, np.int64)  # an inner tree machine's token and node index
-        self.ridx = np.zeros(self.num_machines, np.int64)
-        for tree in (0, 1):
-            for level in range(1, self.depth):
-                tt, jj = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(self.counts[level]),
-                                                         indexing="ij"))
-                ids = self.node(tree, tt, level, jj)
-                self.rtok[ids], self.ridx[ids] = tt, jj
 
     def node(self, tree: int, tok: np.ndarray, level: int, j: np.ndarray) -> np.ndarray:
         """Machine of node (level, j) of token tok's query (tree 0) or key/value (tree 1) tree."""
@@ -98,6 +86,11 @@ class Layout:
             return self.n + (tok * self.n + j if tree == 0 else j * self.n + tok)
         return self.base + (tree * self.n + tok) * self.per_tree + self.inner[level - 1] + j
 
+    def owner(self, mach: np.ndarray, level: int) -> tuple[np.ndarray, np.ndarray]:
+        """(token, node index) of machines of nodes at ``level``, 0 < level < D, of the trees."""
+        rel = mach - self.base
+        return (rel // max(self.per_tree, 1)) % self.n, rel % max(self.per_tree, 1) - self.inner[level - 1]
+
     def children(self, level: int, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(parent index, child index) pairs of the existing children of nodes j at ``level``."""
         c = j[:, None] * self.b + np.arange(self.b)[None, :]
@@ -105,13 +98,14 @@ class Layout:
         return np.broadcast_to(np.arange(len(j))[:, None], c.shape)[ok], c[ok]
 
 
-def layer_as_mpc(layer: AttentionLayer, x: np.ndarray, memory: int, *, audit: bool = False
-                 ) -> tuple[np.ndarray, MPCStats, dict]:
-    """Run ``layer`` on ``x`` (N, m) as an MPC protocol with ``memory`` words per machine (Theorem 3.4):
-    (output, stats, info) with the branching b, depth D and machine count in ``info``."""
-    n = len(x)
-    if memory < 8 * layer.width * layer.heads:
-        raise ValueError(f"memory must be at least 8 m H = {8 * layer.width * layer.heads} words (b >= 2)")
+def layer_as_mpc(layer: AttentionLayer, x: np.ndarray, memory: int, *,
+                 audit: bool = False) -> tuple[np.ndarray, MPCStats, dict]:
+    """Run ``layer`` on ``x`` (N, m) as an MPC protocol with ``memory`` words
+    per machine (Theorem 3.4): (output, stats, info), with the branching b,
+    depth D and machine count in ``info``."""
+    n, mh = len(x), layer.width * layer.heads
+    if memory < 8 * mh:
+        raise ValueError(f"memory must be at least 8 m H = {8 * mh} words (b >= 2)")
     lay = Layout(layer, n, memory)
     sim = MPCSimulator(lay.num_machines, memory, audit=audit, float_tol=1e-12)
     sim.load("in", np.arange(n) // lay.per_in, np.column_stack([np.arange(n), x]))
@@ -128,7 +122,9 @@ def layer_as_mpc(layer: AttentionLayer, x: np.ndarray, memory: int, *, audit: bo
     out = sim.table("out")
     y = np.empty((n, lay.m))
     y[out.data[:, 0].astype(np.int64)] = out.data[:, 1:]
-    return y, sim.stats, {"branching": lay.b, "depth": lay.depth, "num_machines": lay.num_machines}
+    info = {"branching": lay.b, "depth": lay.depth,
+            "num_machines": lay.num_machines}
+    return y, sim.stats, info
 
 
 def _empty(width: int) -> Table:
@@ -156,7 +152,7 @@ def push_down(mem: dict[str, Table], level: int, lay: Layout):
         else:
             t = mem.pop(name, _empty(1))
             payload, src_m = t.data, t.machine
-            src_tok, src_j = lay.rtok[src_m], lay.ridx[src_m]
+            src_tok, src_j = lay.owner(src_m, level)
         pi, ci = lay.children(level, src_j)
         out[name] = Message(src_m[pi], lay.node(tree, src_tok[pi], level - 1, ci), payload[pi])
     return mem, out
@@ -180,7 +176,7 @@ def sums_up(mem: dict[str, Table], level: int, lay: Layout):
             logz = np.where((j > i)[:, None], -np.inf, logz)
     else:
         mach, logz, s = combine(mem.pop("_up", _empty(h * (m + 1))), h, m)
-        i, j = lay.rtok[mach], lay.ridx[mach]
+        i, j = lay.owner(mach, level)
     dest = lay.node(0, i, level + 1, j // lay.b)
     return mem, {"_up": Message(mach, dest, np.column_stack([logz, s.reshape(len(mach), h * m)]))}
 

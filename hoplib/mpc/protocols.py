@@ -1,9 +1,8 @@
 """MPC protocols for hop_k (Definition 4.1) and connectivity (Corollary 3.3, Conjecture 2.4).
 
-:func:`hop_protocol` finds find^1 by sorting the keys (symbol, position) and a prefix scan, O(1/delta) rounds
-for fixed delta, then find^k by pointer doubling, 2 rounds per bit of k. :func:`connected_components_protocol`
-runs FastSV-style hooking and pointer jumping (Shiloach & Vishkin 1982; Zhang, Azad & Hu 2020); its iteration
-counts are measured, not proved (the O(log n) bound belongs to Shiloach-Vishkin and to Coy & Czumaj 2022).
+:func:`hop_protocol`: find^1 by sorting and a prefix scan, then pointer doubling, 2 rounds per bit of k.
+:func:`connected_components_protocol`: FastSV hooking and pointer jumping (Shiloach & Vishkin 1982; Zhang,
+Azad & Hu 2020), with measured, not proved, iteration counts.
 """
 
 from __future__ import annotations
@@ -13,38 +12,39 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hoplib.mpc.primitives import _empty, forward_fill, global_or, local_sort, lookup, reduce_min, sample_sort
+from hoplib.mpc.primitives import _empty, forward_fill, local_sort, lookup, prefix_counts, reduce_min, sample_sort
 from hoplib.mpc.simulator import Message, MPCNotConvergedError, MPCSimulator, MPCStats, RoundContext, Table
 
-WORDS_PER_POSITION = 32
-"""Memory per position: its state, two requests and two replies (16 words), doubled as slack for the sort."""
+WORDS_PER_POSITION = 32  # a position's state, two requests and two replies (16 words), doubled for the sort
 
 
 def hop_min_memory(n: int) -> int:
-    """The least memory :func:`hop_protocol` accepts for n symbols: max(32, ceil(log2 n)^2) words.
-
-    Each level of the sample sort picks its splitters from about s/4 samples and leaves a relative load error
-    of order 1/sqrt(s); the errors add up over the levels, so s must grow like log^2 n. The bound sits above
-    the smallest memory at which the protocol met its limits on every seed tried (n up to 65,536); the tests
-    check it. For any fixed delta > 0, n^delta exceeds it once n is large."""
+    """The least memory :func:`hop_protocol` accepts for n symbols: max(32, ceil(log2 n)^2) words. Each sort
+    level leaves a load error of order 1/sqrt(s), and the errors add up over the levels; the bound sits above
+    the least memory that met the limits on every seed tried (n up to 65,536)."""
     return max(32, math.ceil(math.log2(n)) ** 2)
 
 
 def hop_protocol(x, k: int, memory: int, *, audit: bool = False, seed: int = 0,
-                 simulator: Callable[..., MPCSimulator] = MPCSimulator) -> tuple[np.ndarray, MPCStats]:
-    """hop_k of ``x`` (as :func:`hoplib.tasks.hop`) with ``memory`` words per machine: (answer, stats).
-    ``simulator(q, s, audit=...)`` builds the machines (or Theorem 3.1's transformer)."""
+                 simulator: Callable[..., MPCSimulator] = MPCSimulator
+                 ) -> tuple[np.ndarray, MPCStats]:
+    """hop_k of ``x`` (as :func:`hoplib.tasks.hop`) with ``memory`` words per
+    machine: (answer, stats). ``simulator(q, s, audit=...)`` builds the
+    machines (or Theorem 3.1's transformer)."""
     x = np.asarray(x)
     n = len(x)
-    if not np.issubdtype(x.dtype, np.integer) or x.min() < 0 or x.max() >= 2**62 // n or k < 0:
-        raise ValueError("x must hold integer symbols in [0, 2**62 / N) and k must be >= 0")
+    ok = np.issubdtype(x.dtype, np.integer) and k >= 0
+    if not ok or x.min() < 0 or x.max() >= 2**62 // n:
+        raise ValueError("x must hold integer symbols in [0, 2**62 / N) "
+                         "and k must be >= 0")
     if memory < hop_min_memory(n):
-        raise ValueError(f"memory must be at least hop_min_memory(N) = {hop_min_memory(n)} words")
+        raise ValueError("memory must be at least hop_min_memory(N) = "
+                         f"{hop_min_memory(n)} words")
     c = memory // WORDS_PER_POSITION  # positions per machine
     sim = simulator(-(-n // c), memory, audit=audit)
     pos = np.arange(n)
     sim.load("x", pos // c, np.column_stack([pos, x]))
-    find1_rounds(sim, n, c, seed)  # table "st": rows [i, x_i, P = find^1(i), R = i]
+    find1_rounds(sim, n, c, seed)  # "st": rows [i, x_i, P = find^1(i), R = i]
     sim.phase("pointer doubling")
     bits = k.bit_length()
     for j in range(bits):  # before step j: P = find^(2^j), R = find^(k mod 2^j)
@@ -63,38 +63,47 @@ def _row_of(st: Table, pos: np.ndarray) -> np.ndarray:
     return order[np.searchsorted(st.data[order, 0], pos)]
 
 
-def pointer_doubling(sim: MPCSimulator, c: int, use_bit: bool, square: bool) -> None:
-    """One doubling step, 2 rounds. Position i holds P = find^(2^j)(i) and R; it asks the owner of P for
-    P(P) (squaring) and, if bit j of k is set, the owner of R for P(R). As find is one-to-one, no entry is
-    asked for twice, so no machine receives more than it holds."""
-    wanted = [(tag, col) for tag, col, on in ((0, 2, square), (1, 3, use_bit)) if on]  # P, R
-
+def ask_owners(sim: MPCSimulator, c: int, asks: list[tuple[int, int]], col: int) -> None:
+    """2 rounds: for each (tag, pointer column) of ``asks``, position i asks the owner of position
+    ``st[i, pointer column]`` (unless -1) for its column ``col``; rows [i, tag, value] arrive in ``_ans``."""
     def ask(ctx: RoundContext, mem: dict[str, Table]):
         st = mem["st"]
-        req = [np.c_[st.data[:, col], st.data[:, 0], np.full(len(st), tag), st.machine] for tag, col in wanted]
-        req = np.concatenate(req) if req else np.zeros((0, 4), np.int64)
+        d, one = st.data, np.ones(len(st), np.int64)
+        req = np.concatenate([np.c_[d[:, ptr], d[:, 0], tag * one, st.machine] for tag, ptr in asks])
         req = req[req[:, 0] >= 0]  # -1: no such position
         return mem, {"_req": Message(req[:, 3], req[:, 0] // c, req[:, :3])}
 
-    def reply(ctx: RoundContext, mem: dict[str, Table]):  # [target, asker, tag] -> [asker, tag, P(target)]
+    def answer(ctx: RoundContext, mem: dict[str, Table]):  # [target, asker, tag] -> [asker, tag, value]
         mem = dict(mem)
         st, req = mem["st"], mem.pop("_req", _empty(3))
-        p = st.data[_row_of(st, req.data[:, 0]), 2]
-        return mem, {"_rep": Message(req.machine, req.data[:, 1] // c, np.c_[req.data[:, 1:], p])}
+        value = st.data[_row_of(st, req.data[:, 0]), col]
+        return mem, {"_ans": Message(req.machine, req.data[:, 1] // c, np.c_[req.data[:, 1:], value])}
+
+    sim.round(ask)
+    sim.round(answer)
+
+
+def pointer_doubling(sim: MPCSimulator, c: int, use_bit: bool,
+                     square: bool) -> None:
+    """One doubling step, 2 rounds. Position i holds P = find^(2^j)(i) and R;
+    it asks the owner of P for P(P) (squaring) and, if bit j of k is set, the
+    owner of R for P(R). As find is one-to-one, no entry is asked for twice,
+    so no machine receives more than it holds."""
+    wanted = [(tag, col) for tag, col, on in ((0, 2, square), (1, 3, use_bit))
+              if on]  # (tag, column): P, R
+    ask_owners(sim, c, wanted, col=2)  # [i, tag, P(P(i)) or P(R(i))]
 
     def update(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
         mem = dict(mem)
-        st, rep = mem["st"], mem.pop("_rep", _empty(3))
+        st, ans = mem["st"], mem.pop("_ans", _empty(3))
         d = st.data.copy()
         for tag, col in wanted:  # a position that got no answer gets -1
-            got = rep.data[rep.data[:, 1] == tag]
+            got = ans.data[ans.data[:, 1] == tag]
             d[:, col] = -1
             d[_row_of(st, got[:, 0]), col] = got[:, 2]
         mem["st"] = Table(st.machine, d)
         return mem
 
-    sim.round(ask)
-    sim.round(reply)
     sim.defer(update)
 
 
@@ -130,34 +139,21 @@ def find1_rounds(sim: MPCSimulator, n: int, c: int, seed: int) -> None:
 
 
 def output_rounds(sim: MPCSimulator, c: int, out_per_machine: int) -> None:
-    """Read x at R (ask, answer), then compact the answers onto the first machines: 3 rounds."""
-    def ask_symbol(ctx: RoundContext, mem: dict[str, Table]):
-        st = mem["st"]
-        ok = st.data[:, 3] >= 0
-        return mem, {"_req": Message(st.machine[ok], st.data[ok, 3] // c, st.data[ok][:, [3, 0]])}
-
-    def give_symbol(ctx: RoundContext, mem: dict[str, Table]):
-        mem = dict(mem)
-        st, req = mem["st"], mem.pop("_req", _empty(2))
-        ans = st.data[_row_of(st, req.data[:, 0]), 1]
-        return mem, {"_ans": Message(req.machine, req.data[:, 1] // c, np.c_[req.data[:, 1], ans])}
+    """Read x at R, then compact the answers onto the first machines: 3 rounds."""
+    ask_owners(sim, c, [(0, 3)], col=1)
 
     def output(ctx: RoundContext, mem: dict[str, Table]):
         mem = dict(mem)
-        st, ans = mem.pop("st"), mem.pop("_ans", _empty(2))
+        st, ans = mem.pop("st"), mem.pop("_ans", _empty(3))
         value = np.full(len(st), -1, dtype=np.int64)
-        value[_row_of(st, ans.data[:, 0])] = ans.data[:, 1]
+        value[_row_of(st, ans.data[:, 0])] = ans.data[:, 2]
         p = st.data[:, 0]
         return mem, {"out": Message(st.machine, p // out_per_machine, np.c_[p, value])}
 
-    sim.round(ask_symbol)
-    sim.round(give_symbol)
     sim.round(output)
 
 
-SORT_LOAD = 96
-"""Machines for the components protocol are sized so that the widest sorted table (11 words a record) fills
-about an eighth of memory: the sample sort balances its buckets only up to a factor of about 3."""
+SORT_LOAD = 96  # the widest sorted table (11 words a record) fills ~1/8 of memory: buckets are balanced to ~3x
 
 
 def components_min_memory(num_vertices: int, num_edges: int) -> int:
@@ -167,17 +163,12 @@ def components_min_memory(num_vertices: int, num_edges: int) -> int:
 
 
 def connected_components_protocol(edges, num_vertices: int, memory: int, *, audit: bool = False,
-                                  max_iterations: int = 200, strict: bool = True, seed: int = 0,
-                                  simulator: Callable[..., MPCSimulator] = MPCSimulator
+                                  max_iterations: int = 200, strict: bool = True, seed: int = 0
                                   ) -> tuple[np.ndarray, MPCStats]:
-    """Connected components of ``edges`` (E, 2) over vertices 0..n-1 as an MPC protocol: (labels, stats),
-    ``labels[v]`` the smallest vertex of v's component.
-
-    Each FastSV iteration (``stats.phases['iterations']``) is a few lookups and min-reductions plus a global
-    OR telling every machine whether anything changed. If ``max_iterations`` pass before nothing does, the
-    labels may be unfinished: ``strict`` raises :class:`MPCNotConvergedError` (carrying labels and stats),
-    otherwise they are returned with ``stats.converged = False``.
-    """
+    """Connected components of ``edges`` (E, 2) over vertices 0..n-1: (labels, stats), ``labels[v]`` the
+    smallest vertex of v's component. Each FastSV iteration (``stats.phases['iterations']``) ends with a
+    count of the changed parents that every machine learns. Unfinished after ``max_iterations``: ``strict``
+    raises :class:`MPCNotConvergedError` (with labels and stats), else ``stats.converged = False``."""
     e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     n, m = num_vertices, len(e)
     if m and (e.min() < 0 or e.max() >= n):
@@ -189,7 +180,7 @@ def connected_components_protocol(edges, num_vertices: int, memory: int, *, audi
     if n * n * q * memory >= 2**62:  # the sort keys would overflow
         raise ValueError(f"num_vertices = {n} is too large for 64-bit sort keys at memory {memory}")
     cv, ce = -(-n // q), max(1, -(-m // q))
-    sim = simulator(q, memory, audit=audit)
+    sim = MPCSimulator(q, memory, audit=audit)
     v = np.arange(n, dtype=np.int64)
     sim.load("par", v // cv, np.column_stack([v, v]))
     if m:
@@ -198,10 +189,10 @@ def connected_components_protocol(edges, num_vertices: int, memory: int, *, audi
     while iterations < max_iterations and not converged:
         _fastsv_iteration(sim, n, m, cv, ce, seed + 3 * iterations)
         iterations += 1
-        global_or(sim, "_chg", 0)
+        prefix_counts(sim, "_chg", "_nchg", fanout=max(2, memory // 4))  # [changed before, changed in all]
         sim.finish()
-        converged = not np.any(sim.table("_or").data[:, 0])
-        sim.defer(lambda ctx, mem: {k: t for k, t in mem.items() if k not in ("_or", "_chg")})
+        converged = not np.any(sim.table("_nchg").data[:, 1])
+        sim.defer(lambda ctx, mem: {k: t for k, t in mem.items() if k not in ("_nchg", "_chg")})
     sim.stats.phases["iterations"] = iterations
     sim.stats.converged = converged
     par = sim.table("par")
@@ -216,8 +207,8 @@ def connected_components_protocol(edges, num_vertices: int, memory: int, *, audi
 
 def _fastsv_iteration(sim: MPCSimulator, n: int, m: int, cv: int, ce: int, seed: int) -> None:
     """One FastSV iteration: grandparents by a lookup, each edge endpoint's (parent, grandparent) by a lookup,
-    then hooking and shortcutting as one min-reduction per vertex; leaves ``par`` updated and ``_chg`` (one
-    flag per vertex: did its parent change?)."""
+    then hooking and shortcutting as one min-reduction per vertex; leaves ``par`` updated and ``_chg`` (the
+    vertices whose parent changed)."""
     def ask_gp(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
         par = mem["par"]
         req = np.column_stack([par.data[:, 1], par.machine, par.data[:, 0]])
@@ -263,18 +254,17 @@ def _fastsv_iteration(sim: MPCSimulator, n: int, m: int, cv: int, ce: int, seed:
     def apply(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
         mem = dict(mem)
         old, new = local_sort(mem.pop("_old")), local_sort(mem.pop("_new"))
-        changed = (old.data[:, 1] != new.data[:, 1]).astype(np.int64)
+        changed = old.data[:, 1] != new.data[:, 1]
         mem["par"] = Table(old.machine, np.column_stack([old.data[:, 0], new.data[:, 1]]))
-        mem["_chg"] = Table(old.machine, changed[:, None])
+        mem["_chg"] = Table(old.machine[changed], old.data[changed, :1])
         return mem
 
     sim.defer(apply)
 
 
 def cycles_instance(num_vertices: int, two_cycles: bool, seed: int = 0) -> np.ndarray:
-    """Conjecture 2.4's instances: one cycle on ``num_vertices`` vertices, or two disjoint cycles on half of
-    them each, with vertex names shuffled (so that no protocol can read the answer off the names).
-    Returns an int64 array of edges (E, 2), E = num_vertices."""
+    """Conjecture 2.4's instances as edges (n, 2): one cycle on n = ``num_vertices`` vertices, or two disjoint
+    cycles on n/2 each, with vertex names shuffled (so that no protocol can read the answer off the names)."""
     n = num_vertices
     if n % 2:
         raise ValueError(f"num_vertices must be even (two cycles of n/2), got {n}")

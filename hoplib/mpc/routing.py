@@ -1,17 +1,7 @@
 """Lemma 3.2 (routing): one softmax attention layer that delivers every message of a valid (beta, s)-routing.
 
-Token i holds up to s pairs (message of beta words, destination); the layer maps them to the messages each
-token receives, with their sources (paper-spec section 5, Appendix B):
-
-* Sparse propagation (Prop. B.1): destination i queries with c (u_i, 1), u_i a random sign vector; source j
-  keys with (w_S, 0), where w_S solves u_i . w_S = 1 for the destinations i in S of j; a start token keys
-  with (0, 3/4). Scaled by c the softmax is a hardmax: i receives the average of its senders' values.
-* Multiple hashing (Fact B.2): a value has m' slots of packets (validity, source, destination, copy,
-  message); a fixed 0/1 matrix A of rate 1/(b+1) picks the slots. After averaging, the slots at the smallest
-  nonzero validity 1/|Rcvd_i| hold one clean packet each.
-
-Words are split into 16-bit pieces so that float64 averaging recovers them exactly. Fact B.2's width for
-*every* routing, m' = 12 b^2 ln N^2 with b = s^2, is far more than one routing needs (about e (b+1) ln rows).
+Sparse propagation (Prop. B.1) makes destination i attend to exactly its sources; multiple hashing (Fact B.2)
+gives each packet slots where it arrives clean. Words travel as 16-bit pieces, which float64 averages exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +18,7 @@ from hoplib.mpc.primitives import mix_hash
 
 PIECE_BITS = 16
 PIECES = 64 // PIECE_BITS
+_SHIFTS = np.arange(PIECES, dtype=np.uint64) * np.uint64(PIECE_BITS)
 
 
 def lemma_slots(s: int, num_tokens: int) -> int:
@@ -35,23 +26,16 @@ def lemma_slots(s: int, num_tokens: int) -> int:
     return math.ceil(12 * s**4 * math.log(num_tokens**2))
 
 
-def practical_slots(max_view: int, rows: int, failure: float = 1e-3) -> int:
-    """Slots for one routing to succeed with probability >= 1 - failure: e (b+1) ln(rows / failure)."""
-    return math.ceil(math.e * (max_view + 1) * math.log(max(rows, 2) / failure))
-
-
 def _split_words(words: np.ndarray) -> np.ndarray:
     """int64 (..., w) -> (..., 4 w) unsigned 16-bit pieces."""
     u = words.astype(np.int64).view(np.uint64)
-    shifts = np.arange(PIECES, dtype=np.uint64) * np.uint64(PIECE_BITS)
-    pieces = (u[..., None] >> shifts) & np.uint64(2**PIECE_BITS - 1)
+    pieces = (u[..., None] >> _SHIFTS) & np.uint64(2**PIECE_BITS - 1)
     return pieces.reshape(*words.shape[:-1], words.shape[-1] * PIECES).astype(np.int64)
 
 
 def _join_words(pieces: np.ndarray) -> np.ndarray:
     p = pieces.astype(np.uint64).reshape(*pieces.shape[:-1], pieces.shape[-1] // PIECES, PIECES)
-    shifts = np.arange(PIECES, dtype=np.uint64) * np.uint64(PIECE_BITS)
-    return (p << shifts).sum(axis=-1, dtype=np.uint64).view(np.int64)
+    return (p << _SHIFTS).sum(axis=-1, dtype=np.uint64).view(np.int64)
 
 
 @dataclass
@@ -62,23 +46,20 @@ class RoutingResult:
     dest: np.ndarray
     msg: np.ndarray
     max_offtarget_score: float
-    clean_fraction: float
 
 
 class RoutingLayer:
-    """route_{beta,s} of Lemma 3.2: one attention layer with one head over ``num_tokens`` tokens.
-
-    ``max_messages`` (s) bounds the messages a token sends and receives, ``message_words`` is beta,
-    ``max_view`` (b, default s^2) the packets a destination can see, ``slots`` (m') defaults to
-    :func:`practical_slots` and ``key_dim`` (d) to 16 s^2 ln N + 64.
-    """
+    """route_{beta,s} of Lemma 3.2, one head over ``num_tokens`` tokens: ``max_messages`` (s) bounds what a
+    token sends and receives, ``max_view`` (b, default s^2) the packets a destination sees; ``slots`` (m')
+    defaults to e (b+1) ln(N s / 0.001) (one routing fails with probability <= 0.001), ``key_dim`` (d) to
+    16 s^2 ln N + 64."""
 
     def __init__(self, num_tokens: int, max_messages: int, message_words: int, *, max_view: int | None = None,
                  slots: int | None = None, key_dim: int | None = None, scale: float = 400.0, seed: int = 0,
                  device: str | torch.device = "cpu"):
         self.n, self.s, self.beta, self.scale, self.seed = num_tokens, max_messages, message_words, scale, seed
         self.b = max_view or self.s**2
-        self.slots = slots or practical_slots(self.b, self.n * self.s)
+        self.slots = slots or math.ceil(math.e * (self.b + 1) * math.log(max(self.n * self.s, 2) / 1e-3))
         self.d = key_dim or int(16 * self.s**2 * math.log(self.n)) + 64
         self.device = get_device(device)
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -101,17 +82,21 @@ class RoutingLayer:
         h = mix_hash(row[:, None] * self.slots + cols[None, :], salt=self.seed + 17)
         return (h % np.uint64(self.b + 1)) == 0
 
-    def queries_and_keys(self, src: np.ndarray, dest: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sparse propagation: row 0 is the start token, row j + 1 token j; query (u_i, 1), key (w_S, 0)."""
-        n, d = self.n, self.d
-        query = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=self.device)
+    def queries_and_keys(self, src: np.ndarray, dest: np.ndarray
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sparse propagation: row 0 is the start token, row j + 1 token j;
+        query (u_i, 1), key (w_S, 0)."""
+        n, d, dev = self.n, self.d, self.device
+        query = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=dev)
         query[1:, :d], query[1:, d] = self.u, 1.0
-        keys = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=self.device)
-        keys[0, d] = 0.75  # the start token: above every off-target score, below the targets' 1
+        keys = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=dev)
+        keys[0, d] = 0.75  # the start token: between off-target scores and 1
         for j in np.unique(src):
-            us = self.u[torch.as_tensor(np.unique(dest[src == j]), device=self.device)]  # (|S|, d)
-            ones = torch.ones(len(us), dtype=torch.float64, device=self.device)
-            keys[j + 1, :d] = torch.linalg.solve(us @ us.T, ones) @ us  # u_i . w_S = 1 for i in S
+            to = torch.as_tensor(np.unique(dest[src == j]), device=dev)
+            us = self.u[to]  # (|S|, d)
+            ones = torch.ones(len(us), dtype=torch.float64, device=dev)
+            # u_i . w_S = 1 for i in S
+            keys[j + 1, :d] = torch.linalg.solve(us @ us.T, ones) @ us
         return query, keys
 
     def forward(self, src: np.ndarray, dest: np.ndarray, msg: np.ndarray) -> RoutingResult:
@@ -148,14 +133,14 @@ class RoutingLayer:
         validity = out[:, :, 0]
         nz = validity > 1e-9
         vmin = np.where(nz, validity, np.inf).min(axis=1)
-        count = np.where(np.isfinite(vmin), np.rint(1.0 / np.where(np.isfinite(vmin), vmin, 1.0)), 0)
+        count = np.rint(1.0 / vmin)  # 0 where nothing arrived
         clean = nz & (np.abs(validity - vmin[:, None]) < 1e-6 * np.maximum(vmin[:, None], 1e-12))
         tok, slot = np.nonzero(clean)
         pk = np.rint(out[tok, slot] * count[tok, None]).astype(np.int64)
         mine = pk[:, 2] == tok
         uniq = np.unique(np.column_stack([tok[mine], pk[mine]]), axis=0)  # one copy of each packet
         msg = _join_words(uniq[:, 5:]).reshape(len(uniq), self.beta)
-        return RoutingResult(uniq[:, 2], uniq[:, 0], msg, max_off, float(clean.sum() / max(nz.sum(), 1)))
+        return RoutingResult(uniq[:, 2], uniq[:, 0], msg, max_off)
 
 
 def random_routing(num_tokens: int, s: int, beta: int, *, seed: int = 0,

@@ -1,13 +1,8 @@
 """Theorem 3.1 (transformers simulate MPC): an MPC protocol run as a transformer, one layer per round.
 
-Token i holds machine i's memory; a round's local step is a token-wise map (the theorem allows any) and its
-delivery one routing layer of Lemma 3.2 (:class:`hoplib.mpc.routing.RoutingLayer`). Loading the input is one
-more layer (input token t sends its word to its machine), so an R-round protocol takes R + 1 layers. Each
-layer's delivery is checked against the simulator's direct delivery.
-
-Each layer sizes its slots and key dimension from the traffic it carries, so the transformer is fitted to
-one input, *not* one transformer valid for all inputs; :func:`input_independent_width` is the width that
-would be (Lemma 3.2 with Fact B.2's worst case).
+Token i holds machine i's memory; local steps are token-wise maps and each round's delivery is one routing
+layer of Lemma 3.2, plus one layer that loads the input: R + 1 layers. Each layer is sized from the traffic it
+carries, so it is fitted to one input; :func:`input_independent_width` is the width that works for all inputs.
 """
 
 from __future__ import annotations
@@ -17,8 +12,8 @@ import math
 import numpy as np
 import torch
 
-from hoplib.mpc.routing import PIECES, RoutingLayer, lemma_slots
-from hoplib.mpc.simulator import Message, MPCProtocolError, MPCSimulator, Table, deliver_direct
+from hoplib.mpc.routing import PIECES, RoutingLayer, lemma_slots, routing_is_exact
+from hoplib.mpc.simulator import Message, MPCProtocolError, MPCSimulator, Table
 
 
 def input_independent_width(num_tokens: int, memory: int, message_words: int) -> int:
@@ -30,10 +25,8 @@ def input_independent_width(num_tokens: int, memory: int, message_words: int) ->
 
 class TransformerMPC(MPCSimulator):
     """An :class:`MPCSimulator` whose messages travel through attention, one routing layer per round.
-
-    ``layers`` counts the layers (1 to load the input, then 1 per round); ``layer_log`` records per layer the
-    messages routed, the view bound b, the slots m', the width and whether delivery was exact (if not,
-    :class:`MPCProtocolError` is raised)."""
+    ``layers`` counts the layers; ``layer_log`` records per layer the messages, the view bound b, the slots
+    m', the width and whether delivery was exact (if not, :class:`MPCProtocolError` is raised)."""
 
     def __init__(self, num_machines: int, memory: int, *, audit: bool = False, device: str | torch.device = "cpu",
                  seed: int = 0, num_tokens: int | None = None):
@@ -59,39 +52,30 @@ class TransformerMPC(MPCSimulator):
         layer = RoutingLayer(n_tokens, s_route, width, max_view=int(view.max()), seed=self.seed + self.layers,
                              key_dim=int(16 * fan_out**2 * math.log(n_tokens)) + 64, device=self.device)
         res = layer.forward(src, dest, msg)
-        sent, got = np.c_[dest, src, msg], np.c_[res.dest, res.src, res.msg]
-        exact = sent.shape == got.shape and np.array_equal(sent[np.lexsort(sent.T[::-1])],
-                                                           got[np.lexsort(got.T[::-1])])
-        self.layer_log.append({"layer": self.layers, "messages": len(src), "s": s_route, "b": layer.b,
-                               "slots": layer.slots, "width": layer.width, "key_dim": layer.d,
-                               "message_words": width, "lemma_slots_for_s": lemma_slots(s_route, n_tokens),
-                               "exact": bool(exact),
-                               "input_independent_width": input_independent_width(n_tokens, self.s, width),
-                               "max_offtarget_score": res.max_offtarget_score})
+        exact = routing_is_exact(res, src, dest, msg)
+        self.layer_log.append({"layer": self.layers, "messages": len(src), "b": layer.b, "slots": layer.slots,
+                               "width": layer.width, "message_words": width, "exact": exact,
+                               "input_independent_width": input_independent_width(n_tokens, self.s, width)})
         if not exact:
             raise MPCProtocolError(f"layer {self.layers}: the routing layer lost or invented messages")
-        return np.c_[res.dest, res.msg][np.lexsort((got[:, 1], got[:, 0]))]
+        return np.c_[res.dest, res.msg]
 
-    def _encode(self, batches: dict[str, Message]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All batches as one routing: rows [table id, words, data...] of a common width."""
+    def _send(self, batches: dict[str, Message]) -> dict[str, Table]:
+        """Route all batches as one routing of rows [table id, words, data...]; the tables delivered."""
         width = max((b.data.shape[1] for b in batches.values()), default=1)
-        src, dest, msg = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros((0, 2 + width), np.int64)]
+        src, dest, rows = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros((0, 2 + width), np.int64)]
         for name, b in batches.items():
-            if not np.issubdtype(b.data.dtype, np.integer) and len(b):
+            if len(b.src) and not np.issubdtype(b.data.dtype, np.integer):
                 raise TypeError(f"TransformerMPC routes integer words only; table {name!r} holds {b.data.dtype}")
-            body = np.zeros((len(b), 2 + width), np.int64)
+            body = np.zeros((len(b.src), 2 + width), np.int64)
             body[:, 0] = self._table_ids.setdefault(name, len(self._table_ids))
             body[:, 1], body[:, 2:2 + b.data.shape[1]] = b.data.shape[1], b.data
-            src.append(b.src)
-            dest.append(b.dest)
-            msg.append(body)
-        return np.concatenate(src), np.concatenate(dest), np.concatenate(msg)
-
-    def _decode(self, rows: np.ndarray) -> dict[str, Table]:
+            src, dest, rows = src + [b.src], dest + [b.dest], rows + [body]
+        got = self._route(np.concatenate(src), np.concatenate(dest), np.concatenate(rows), self.num_tokens)
         names = {v: k for k, v in self._table_ids.items()}
         out = {}
-        for tid in np.unique(rows[:, 1]):
-            sel = rows[rows[:, 1] == tid]
+        for tid in np.unique(got[:, 1]):
+            sel = got[got[:, 1] == tid]
             out[names[int(tid)]] = Table(sel[:, 0], sel[:, 3:3 + int(sel[0, 2])])
         return out
 
@@ -99,17 +83,12 @@ class TransformerMPC(MPCSimulator):
         """The input layer: input token t (row t of ``data``) sends its record to its machine's token."""
         data = np.asarray(data).reshape(len(data), -1)
         self.num_tokens = max(self.num_tokens, len(data))
-        batch = Message(np.arange(len(data)), machine, data)
-        routed = self._decode(self._route(*self._encode({name: batch}), self.num_tokens))
-        got = routed.get(name, Table(np.zeros(0, np.int64), np.zeros((0, data.shape[1]), np.int64)))
+        got = self._send({name: Message(np.arange(len(data)), machine, data)}).get(name, Table([], data[:0]))
         super().load(name, got.machine, got.data)
 
-    def _deliver(self, keep: dict[str, Table], send: dict[str, Message], r: int) -> dict[str, Table]:
-        routed = self._decode(self._route(*self._encode(send), self.num_tokens))
-        msgs = {k: Message(np.zeros(len(v), np.int64), v.machine, v.data) for k, v in routed.items()}
-        for k, v in send.items():  # empty batches still create their (empty) table, as in direct delivery
-            msgs.setdefault(k, Message(np.zeros(0), np.zeros(0), np.zeros((0, v.data.shape[1]), np.int64)))
-        return deliver_direct(keep, msgs, r)
+    def _deliver(self, keep: dict[str, Table], send: dict[str, Message]) -> dict[str, Table]:
+        got = self._send(send)
+        return super()._deliver(keep, {k: Message(np.zeros(len(t)), t.machine, t.data) for k, t in got.items()})
 
 
 def hop_as_transformer(x, k: int, memory: int, *, device: str | torch.device = "cpu",

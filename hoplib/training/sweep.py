@@ -1,17 +1,15 @@
 """Sweeps over the paper's grid (Section 4.2, Appendix G), resumable, and the stored sweeps read back.
 
-Each run lives in ``<out>/<run_name>`` with the files of :func:`hoplib.train.train_run`: finished runs are
-skipped, interrupted ones resumed, diverged ones recorded. :data:`GRIDS`: ``quick`` (CPU, a minute; trained
-live), ``small`` (CPU, 10-15 minutes: the width and sample-size axes of Appendix G.3 and G.5), ``medium``
-(CPU, about an hour: depths 2..5, two seeds) and ``paper`` (the authors' grid, for a GPU, where
-``ensemble=True`` trains the runs of one architecture together as one :class:`hoplib.models.GPTEnsemble`).
-The command line is ``scripts/run_training.py``.
+Each run lives in ``<out>/<run_name>`` (the files of :func:`hoplib.train.train_run`): finished runs are skipped,
+interrupted ones resumed, diverged ones recorded. :data:`GRIDS`: ``quick`` (CPU, a minute), ``small`` (CPU, 10-15
+minutes: the width and sample-size axes of Appendix G.3, G.5), ``medium`` (CPU, an hour: depths 2..5, two seeds),
+``depth`` (CPU, 4 core-hours: depths 2..6, k <= 16, three seeds) and ``paper`` (the authors' grid, for a GPU;
+``ensemble=True`` trains one architecture's runs together). Command line: ``scripts/run_training.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import html
 import itertools
 import json
 import warnings
@@ -23,10 +21,8 @@ import torch
 
 from hoplib import report
 from hoplib._book.device import get_device
-from hoplib._book.provenance import atomic_write_text
-from hoplib._book.results import Stored, load_stored, results_dir
+from hoplib._book.results import atomic_write_text, load_stored, results_dir
 from hoplib.report import ErrorRecord
-from hoplib.tasks import HopTask
 from hoplib.train import (
     DivergedError,
     RunConfig,
@@ -66,6 +62,9 @@ GRIDS: dict[str, Grid] = {
                   exclude=((16, 250), (16, 1000), (32, 250), (32, 1000))),
     "medium": Grid(depths=(2, 3, 4, 5), widths=((64, 4),), seeds=(0, 1),
                    settings=dict(seq_len=64, max_hops=8, steps=4000, lr=2e-3, warmup_steps=200, eval_samples=100)),
+    "depth": Grid(depths=(2, 3, 4, 5, 6), widths=((64, 4),), seeds=(0, 1, 2),
+                  settings=dict(seq_len=64, max_hops=16, steps=10_000, lr=2e-3, warmup_steps=200,
+                                eval_samples=200, eval_every=2000)),
     "paper": Grid(depths=(2, 3, 4, 5, 6), widths=((128, 4), (256, 8)), n_trains=(1000, 3000, None),
                   settings=dict(seq_len=100, max_hops=16, steps=100_000, lr=1e-4, warmup_steps=1000,
                                 head="layernorm", dropout=0.1, eval_samples=100),
@@ -176,16 +175,6 @@ def run_status(out: str | Path, configs: list[RunConfig] | None = None) -> dict[
     return status
 
 
-def rows(run: str, rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tidy rows of one complete run record: one per (k, metric)."""
-    c = rec["config"]
-    labels = {"run": run, "depth": c["depth"], "d_model": c["d_model"], "heads": c["heads"],
-              "n_train": c.get("n_train"), "seed": c.get("seed", 0), "steps": c["steps"]}
-    return [{**labels, "k": int(k), "metric": metric, "error": float(e)}
-            for metric, key in (("paper", "per_k_error"), ("pooled", "per_k_error_pooled"))
-            for k, e in rec[key].items()]
-
-
 def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dict[str, Any]]:
     """Tidy table of every complete run under ``out`` (or of ``configs`` only): one row per (run, k, metric);
     a results.json that is not a run record raises ``ValueError`` naming the file."""
@@ -193,7 +182,7 @@ def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dic
     for path in _paths(Path(out), configs):
         if path.exists() and (rec := read_record(path)).get("complete"):
             try:
-                table += rows(path.parent.name, rec)
+                table += report.run_rows(path.parent.name, rec)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise ValueError(f"{path}: malformed run record ({exc!r})") from exc
     return table
@@ -221,43 +210,7 @@ AUTHORS_FILE = "training/authors-errors.json"
 """The authors' published errors: their repository's ``local/errors.json`` (pooled metric), copied unchanged."""
 
 
-@dataclass(frozen=True)
-class StoredSweep:
-    """The finished runs of a stored sweep ``results/training/<name>/`` (``missing``: runs not stored)."""
-
-    name: str
-    runs: tuple[Stored, ...]
-    missing: tuple[str, ...]
-
-    @property
-    def configs(self) -> list[dict[str, Any]]:
-        return [s.record["config"] for s in self.runs]
-
-    @property
-    def task(self) -> HopTask:
-        return RunConfig.from_dict(self.configs[0]).task
-
-    def table(self) -> list[dict[str, Any]]:
-        """One tidy row per (run, k, metric) (:func:`rows`)."""
-        return [r for s in self.runs for r in rows(s.path.parent.name, s.record)]
-
-    def records(self, n_train: int | None | str = None, metric: str = "paper") -> list[ErrorRecord]:
-        """The errors of one training-set size (None: fresh samples) in one metric, as records."""
-        return [r for r in report.records_from_table(self.table(), n_train=n_train) if r.metric == metric]
-
-    def wall_time_s(self) -> float:
-        return float(sum(s.record["provenance"].get("wall_time_s", 0.0) for s in self.runs))
-
-    def provenance_html(self) -> str:
-        """One collapsed ``<details>`` block: the sweep's folder and one provenance line per run."""
-        lines = "".join(f"<li><code>{html.escape(s.path.parent.name)}</code>: {html.escape(s.origin)}</li>"
-                        for s in self.runs)
-        gone = f"<p>not stored yet: {html.escape(', '.join(self.missing))}</p>" if self.missing else ""
-        return (f"<details><summary>Provenance: {len(self.runs)} stored runs in "
-                f"<code>results/training/{html.escape(self.name)}/</code></summary><ul>{lines}</ul>{gone}</details>")
-
-
-def load_stored_sweep(name: str) -> StoredSweep:
+def load_stored_sweep(name: str) -> report.StoredSweep:
     """Every run of the named grid stored under ``results/training/<name>/`` (missing runs are listed)."""
     runs, missing = [], []
     for c in grid(name).configs():
@@ -268,7 +221,7 @@ def load_stored_sweep(name: str) -> StoredSweep:
             runs.append(stored)
     if not runs:
         raise ValueError(f"no finished run of the {name!r} sweep is stored under results/training/{name}/")
-    return StoredSweep(name, tuple(runs), tuple(missing))
+    return report.StoredSweep(name, tuple(runs), tuple(missing))
 
 
 def load_stored_model(name: str, run: str, device: str | torch.device = "cpu"):
@@ -279,3 +232,28 @@ def load_stored_model(name: str, run: str, device: str | torch.device = "cpu"):
 def published(heads: int = 4, n_train: int | None = None) -> list[ErrorRecord]:
     """The authors' published errors (pooled metric): m = 128 (``heads=4``) or 256 (``8``), one n_train."""
     return report.authors_records(load_stored(AUTHORS_FILE).record, heads=heads, n_train=n_train)
+
+
+def crossings(table: dict[int, dict[int, float]]) -> dict[int, float]:
+    """{depth: k where the error crosses THRESHOLD} of an error table, uncensored depths only."""
+    out = {d: report.crossing_k(row) for d, row in table.items()}
+    return {d: k for d, (k, censored) in out.items() if not censored}
+
+
+def growth_points(name: str = "depth"):
+    """``(kstar, refs)`` for :func:`hoplib.report.plot_growth`: each stored run's crossing (a DataFrame by depth
+    and seed) and the published and released models' crossings (pooled metric, fresh samples, m = 128)."""
+    import pandas as pd
+
+    from hoplib import released
+
+    rows = []
+    for s in load_stored_sweep(name).runs:
+        c = s.record["config"]
+        k, censored = report.crossing_k({int(k): e for k, e in s.record["per_k_error"].items()})
+        rows.append({"depth": c["depth"], "seed": c["seed"], "k*": k, "censored": censored})
+    rel = {released.info(n).depth: {int(k): e for k, e in s.data["errors"]["pooled"].items()}
+           for n, s in released.load_stored_results().items() if released.info(n).n_train is None}
+    refs = {"published (N = 100, m = 128)": crossings(report.error_table(published(heads=4), metric="pooled")),
+            "released, dropout off": crossings(rel)}
+    return pd.DataFrame(rows).set_index(["depth", "seed"]).sort_index(), refs

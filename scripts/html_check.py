@@ -1,6 +1,6 @@
 """Checks of the built HTML book: what a reader would see as a rendering defect.
 
-Run by ``scripts/build.sh`` after every build (``python -m hoplib._book.html_check _build/html``). A page fails
+Run by ``scripts/build.sh`` after every build (``python scripts/html_check.py _build/html``). A page fails
 on text that Sphinx or myst-nb left unrendered:
 
 - a raw Markdown table (``| --- |`` rows shown as text, e.g. ``display(Markdown(...))`` output);
@@ -108,7 +108,7 @@ def check_book(html_dir: str | Path) -> list[Defect]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hoplib._book.html_check [_build/html]``: print each defect, exit 1 if there are any."""
+    """``python scripts/html_check.py [_build/html]``: print each defect, exit 1 if there are any."""
     args = sys.argv[1:] if argv is None else argv
     html_dir = Path(args[0] if args else "_build/html")
     try:

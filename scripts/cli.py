@@ -1,0 +1,60 @@
+"""The scripts' one command-line convention: the options every stored-sweep command shares, and one line on
+stderr with an exit status that says whose fault it was.
+
+Scripts run as ``python scripts/x.py`` import it as ``from cli import run_cli`` (``scripts/`` is on the path)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from hoplib._book.device import get_device
+from hoplib.sweep import slurm_executor
+
+
+def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = None, *,
+            failures: tuple[type[BaseException], ...] = ()) -> int:
+    """Run ``main(argv)``; return 0, 2 for a user error (argparse, ``ValueError``, ``TypeError``: bad arguments,
+    unusable folders, bad files), or 1 for one of ``failures`` (e.g. a diverged training run), each printed as
+    one line ``error: ...`` on stderr instead of a traceback."""
+    try:
+        main(argv)
+    except SystemExit as exc:  # argparse's one-line errors (status 2), --help (0)
+        return exc.code if isinstance(exc.code, int) else 1
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except failures as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
+    """The options every stored-sweep command shares (checked by :func:`run_device`)."""
+    parser.add_argument("--workers", type=int, default=1, help="CPU worker processes, one thread each")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
+    parser.add_argument("--slurm", metavar="FOLDER", default=None,
+                        help="submit the points as a Slurm job array (submitit), logs in FOLDER")
+    parser.add_argument("--partition", default=None, help="Slurm partition (with --slurm)")
+
+
+def run_device(args: argparse.Namespace) -> str:
+    """The resolved device of :func:`add_run_options`; several local workers are for CPU runs only."""
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    device = str(get_device(args.device))
+    if args.workers > 1 and device != "cpu":
+        raise ValueError("--workers > 1 is for CPU runs")
+    return device
+
+
+def executor_from_args(args: argparse.Namespace) -> Any:
+    """The Slurm executor that ``--slurm``/``--partition`` ask for, or ``None`` for local workers."""
+    if not args.slurm:
+        return None
+    return slurm_executor(args.slurm, **({"slurm_partition": args.partition} if args.partition else {}))
