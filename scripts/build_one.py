@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     for f in ("_config.yml", "references.bib", "bibliography.md", "status.md"):
         shutil.copy(ROOT / f, work / f)
     (work / "intro.md").write_text(f"# Partial build: {', '.join(argv)}\n\nOnly the named pages.\n")
-    for extra in ("results", "_ext", "hoplib"):
+    for extra in ("results", "_ext", "_static", "hoplib"):
         if (ROOT / extra).exists():
             shutil.copytree(ROOT / extra, work / extra)
     shown, stubs = [], []
