@@ -93,17 +93,17 @@ def test_chapters_find_results_without_file_tricks(md):
     assert "__file__" not in text and '"../results' not in text and "'../results" not in text
 
 
-def test_the_exercise_catalogue_lists_exactly_the_chapters_exercises():
-    from hoplib.exercises.catalogue import EXERCISES
-
-    found = {}
+def test_every_exercise_has_a_unique_label_a_difficulty_and_minutes_in_its_title():
+    """The teaching page's exercise table is read from these titles (★ to ★★★ · N min · what it asks)."""
+    labels = []
     for md in CHAPTERS:
-        for label in re.findall(r"^````\{exercise\}[^\n]*\n(?::[a-z]+:[^\n]*\n)*?:label: (ex-[\w-]+)", md.read_text(),
-                                flags=re.M):
-            found[label] = md.stem
-    assert found == {e.label: e.chapter for e in EXERCISES.values()}
-    assert all(e.kind in ("code", "formula", "proof", "explain") and 1 <= e.difficulty <= 3 and e.minutes > 0
-               for e in EXERCISES.values())
+        text = md.read_text()
+        directives = re.findall(r"^````\{exercise\}[^\n]*\n", text, flags=re.M)
+        titled = re.findall(r"^````\{exercise\} ★{1,3} · [1-9]\d* min · \S[^\n]*\n:label: (ex-[\w-]+)$", text,
+                            flags=re.M)
+        assert directives and len(titled) == len(directives), f"{md.name}: an exercise without its title"
+        labels += titled
+    assert len(labels) == len(set(labels)), "two exercises share a label"
 
 
 @pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)

@@ -1,6 +1,7 @@
-"""Checkers for the book's exercises, one submodule per chapter (``hoplib.exercises.tasks``, ...), all built on
-:func:`check_function`: it runs a reader's function on test cases, compares each answer with hoplib's own, and
-reports the first disagreements in words (input, expected, received), so a student learns *what* is wrong.
+"""What every chapter's exercise checkers share: :func:`check_function` runs a reader's function on test cases,
+compares each answer with hoplib's own, and reports the first disagreements in words (input, expected, received),
+so a student learns *what* is wrong. The checkers themselves (``check_find``, ``check_hop_program``, ...) are
+defined in a collapsed cell of each chapter's Exercises section, tagged ``exercise-checkers``.
 """
 
 from __future__ import annotations
