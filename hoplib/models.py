@@ -232,6 +232,10 @@ class GPT(nn.Module):
 
     def forward(self, ids: torch.Tensor, return_attention: bool = False):
         check_ids(ids, self.config.vocab_size, self.config.n_positions)
+        return self.forward_unchecked(ids, return_attention)
+
+    def forward_unchecked(self, ids: torch.Tensor, return_attention: bool = False):
+        """``forward`` without its check of ``ids`` (a device sync): for data checked once (hoplib.train)."""
         x = self.drop(self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device)))
         atts = []
         for block in self.blocks:
@@ -303,8 +307,12 @@ class GPTEnsemble(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.dim() != 3 or ids.shape[0] != self.n_models:  # (1, B, T) would broadcast silently
             raise ValueError(f"ids must have shape (E={self.n_models}, B, T), got {tuple(ids.shape)}")
+        check_ids(ids, self.config.vocab_size, self.config.n_positions)
+        return self.forward_unchecked(ids)
+
+    def forward_unchecked(self, ids: torch.Tensor) -> torch.Tensor:
+        """``forward`` without its checks of ``ids`` (a device sync): for data checked once (hoplib.train)."""
         cfg, (e, b, t) = self.config, ids.shape
-        check_ids(ids, cfg.vocab_size, cfg.n_positions)
         m, h, drop = cfg.d_model, cfg.heads, (cfg.dropout if self.training else 0.0)
         rows = torch.arange(e, device=ids.device).view(e, 1, 1)
         x = self.p("wte.weight")[rows, ids] + self.p("wpe.weight")[:, :t].unsqueeze(1)  # (E, B, T, m)

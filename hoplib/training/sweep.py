@@ -85,7 +85,7 @@ def run_name(config: RunConfig) -> str:
 
 # --------------------------------------------------------------------------- training a grid
 def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device = "auto", progress: bool = True,
-              ensemble: bool = False, checkpoint_every: int = 1000, compile: bool = False,
+              ensemble: bool = False, checkpoint_every: int = 1000, compile: bool | str = False,
               shard: tuple[int, int] = (0, 1), seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
     """Train every run of ``grid`` (a :class:`Grid` or a name of :data:`GRIDS`, with ``seeds`` if given)
     under ``out``; write and return :func:`collect`'s table of the complete runs.
