@@ -396,9 +396,9 @@ def fit_ensemble(models: Sequence[nn.Module], task: HopTask, configs: Sequence[T
                  device: str | torch.device = "auto", progress: bool = True, compile: bool | str = False,
                  checkpoint: str | os.PathLike | None = None,
                  checkpoint_every: int | None = None) -> tuple[list[nn.Module], list[dict[str, Any]]]:
-    """Train E GPTs of one architecture at once, as one :class:`hoplib.models.GPTEnsemble`; their configs may
-    differ only in ``seed`` and ``n_train``. Model e sees exactly the data of ``fit(models[e], task,
-    configs[e])``, and since AdamW is elementwise the result equals E separate runs up to float rounding."""
+    """Train E GPTs of one architecture up to depth (deepest first) at once, as one :class:`GPTEnsemble`;
+    their configs may differ only in ``seed`` and ``n_train``. Model e sees exactly the data of
+    ``fit(models[e], task, configs[e])``; AdamW is elementwise, so this equals E separate runs up to rounding."""
     c0, e = configs[0], len(models)
     if len(configs) != e or len({dataclasses.replace(c, seed=0, n_train=None) for c in configs}) != 1:
         raise ValueError("an ensemble needs one TrainConfig per model, equal up to seed and n_train")

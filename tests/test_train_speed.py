@@ -116,3 +116,39 @@ def test_the_cuda_graph_step_trains_like_the_plain_step():
         model.load_state_dict(init)
         hists.append(fit(model, TASK, cfg, device="cpu", progress=False, compile=compile)["loss"])
     assert hists[1] == pytest.approx(hists[0], abs=1e-5)
+
+
+def test_an_ensemble_of_one_width_and_several_depths_trains_like_separate_runs():
+    depths, seeds, n_trains = [3, 2, 2, 1], [0, 1, 2, 3], [None, 64, None, 32]
+    inits = []
+    for d, s in zip(depths, seeds, strict=True):
+        torch.manual_seed(100 + s)
+        inits.append(gpt_for_task(TASK, depth=d, d_model=16, heads=2))
+    copies = [gpt_for_task(TASK, depth=d, d_model=16, heads=2) for d in depths]
+    for c, m in zip(copies, inits, strict=True):
+        c.load_state_dict(m.state_dict())
+    configs = [TrainConfig(steps=8, lr=3e-3, warmup_steps=2, batch_size=8, seed=s, n_train=n)
+               for s, n in zip(seeds, n_trains, strict=True)]
+    trained, hists = fit_ensemble(copies, TASK, configs, device="cpu", progress=False)
+    for model, init, config, hist in zip(trained, inits, configs, hists, strict=True):
+        ref = fit(init, TASK, config, device="cpu", progress=False)
+        assert model.config == init.config and hist["loss"] == pytest.approx(ref["loss"], rel=1e-4, abs=1e-5)
+        for p, q in zip(model.parameters(), init.parameters(), strict=True):
+            assert torch.allclose(p, q, atol=1e-5)
+    with pytest.raises(ValueError, match="deepest first"):
+        fit_ensemble(copies[::-1], TASK, configs, device="cpu", progress=False)
+
+
+def test_a_width_ensemble_sweep_groups_every_depth_of_a_width_and_records_each_run(tmp_path):
+    from hoplib.training.sweep import GRIDS, Grid, _arch, run_name, run_sweep
+
+    paper = GRIDS["paper"].configs()
+    assert len({_arch(c, True) for c in paper}) == 10 and len({_arch(c, "width") for c in paper}) == 2
+    grid = Grid(depths=(1, 2), widths=((16, 2),), seeds=(0, 1),
+                settings=dict(seq_len=12, max_hops=2, steps=3, batch_size=8, warmup_steps=1, eval_samples=10))
+    table = run_sweep(grid, tmp_path, device="cpu", progress=False, ensemble="width")
+    for c in grid.configs():
+        rec = train.read_record(tmp_path / run_name(c) / "results.json")
+        assert rec["complete"] and rec["config"] == c.to_dict() and rec["model"]["depth"] == c.depth
+        assert rec["provenance"]["ensemble_size"] == 4
+    assert {r["run"] for r in table} == {run_name(c) for c in grid.configs()}
