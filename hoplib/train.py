@@ -351,14 +351,7 @@ def _step_forward(model: nn.Module, compile: bool | str, first_ids: torch.Tensor
         check_ids(first_ids, model.config.vocab_size, model.config.n_positions)
     if not compile:
         return getattr(model, "forward_unchecked", model)
-    forward = torch.compile(model, mode=None if compile is True else compile)
-    if compile != "reduce-overhead":
-        return forward
-
-    def step(x: torch.Tensor) -> torch.Tensor:  # a CUDA graph reuses its outputs: mark each new step
-        torch.compiler.cudagraph_mark_step_begin()
-        return forward(x)
-    return step
+    return torch.compile(model, mode=None if compile is True else compile)  # no step keeps a graph's outputs
 
 
 def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,

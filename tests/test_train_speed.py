@@ -1,6 +1,7 @@
-"""Speed properties of hoplib.train that a GPU relies on (issue 31), checked on the CPU: no host read of device
-values between log points, the same logged losses however often they are read, divergence still caught, the
-optional CUDA-graph step (torch.compile "reduce-overhead") equal to the plain one."""
+"""Speed properties of training (issue 31), checked on the CPU: one thread per local worker; what a GPU relies
+on: no host read of device values between log points, the same logged losses however often they are read,
+divergence still caught, the optional CUDA-graph step (torch.compile "reduce-overhead") equal to the plain one,
+ensembles of one width with several depths equal to separate runs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ from hoplib.tasks import HopTask
 from hoplib.train import DivergedError, TrainConfig, fit, fit_ensemble, optimise
 
 TASK = HopTask(seq_len=12, max_hops=2)
+
+
+def _threads(index: int, point: int) -> int:
+    return torch.get_num_threads()
+
+
+def test_local_workers_run_one_thread_each():
+    # two threads per process, with other processes on the cores, made a small training step 10x slower
+    from hoplib.sweep import map_points
+
+    assert map_points(_threads, [0, 1, 2], workers=2) == [1, 1, 1]
 
 
 class HostReads(TorchDispatchMode):
@@ -106,7 +118,9 @@ def test_a_nan_loss_stops_the_run_at_the_next_log_point_with_its_step(monkeypatc
 @pytest.mark.slow
 @pytest.mark.skipif(not (torch._dynamo.is_dynamo_supported() and shutil.which("g++")),
                     reason="torch.compile (inductor) needs dynamo and a C++ compiler")
-def test_the_cuda_graph_step_trains_like_the_plain_step():
+def test_the_cuda_graph_step_trains_like_the_plain_step(monkeypatch):
+    modes, real = [], torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: modes.append(kw.get("mode")) or real(model, **kw))
     cfg = TrainConfig(steps=4, lr=3e-3, warmup_steps=2, batch_size=8)
     torch.manual_seed(0)
     init = gpt_for_task(TASK, depth=1, d_model=16, heads=2).state_dict()
@@ -115,7 +129,7 @@ def test_the_cuda_graph_step_trains_like_the_plain_step():
         model = gpt_for_task(TASK, depth=1, d_model=16, heads=2)
         model.load_state_dict(init)
         hists.append(fit(model, TASK, cfg, device="cpu", progress=False, compile=compile)["loss"])
-    assert hists[1] == pytest.approx(hists[0], abs=1e-5)
+    assert modes == ["reduce-overhead"] and hists[1] == pytest.approx(hists[0], abs=1e-5)
 
 
 def test_an_ensemble_of_one_width_and_several_depths_trains_like_separate_runs():
