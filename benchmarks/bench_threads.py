@@ -1,7 +1,8 @@
 """One thread or several per process when other processes compete for the cores (issue 31): the time of a
-training batch of the paper's task (``HopTask().sample(32)``) and of a small training step (``hoplib.train.fit``
-of a 2-layer GPT, m = 64, on N = 32), at each thread count, in rounds that alternate the counts so that a
-changing load hits both alike. Prints the median seconds per call and the ratio to one thread.
+training batch of the paper's task (``HopTask().sample(32)``), of 1024 samples (an evaluation's size) and of a
+small training step (``hoplib.train.fit`` of a 2-layer GPT, m = 64, on N = 32), at each thread count, in rounds
+that alternate the counts so that a changing load hits both alike. Prints the median time per call and the
+ratio to the first thread count.
 
 Run it by hand on a machine under the load you care about (it does not create one), e.g. beside a sweep:
 
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[int, float]]:
     model = gpt_for_task(small, depth=2, d_model=64, heads=4)
     cfg = TrainConfig(steps=a.steps, lr=1e-3, warmup_steps=2)
     jobs = {"data (paper task, batch 32)": (lambda i: paper.sample(32, seed=i), a.batches),
+            "data (paper task, batch 1024)": (lambda i: paper.sample(1024, seed=i), max(1, a.batches // 10)),
             "training step (L=2, m=64, N=32)": (lambda i: fit(model, small, cfg, device="cpu", progress=False),
                                                  1)}
     times: dict[str, dict[int, list[float]]] = {name: {n: [] for n in counts} for name in jobs}

@@ -26,7 +26,7 @@ def _threads(index: int, point: int) -> int:
 
 
 def test_local_workers_run_one_thread_each():
-    # two threads per process, with other processes on the cores, made a small training step 10x slower
+    # two threads per process, with other processes on the cores, made a small training step 7-15x slower
     from hoplib.sweep import map_points
 
     assert map_points(_threads, [0, 1, 2], workers=2) == [1, 1, 1]
