@@ -366,7 +366,7 @@ def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
     model.to(dev)
     stream = DataStream(task, config.batch_size, config.n_train, config.seed,
                         dev)
-    forward = _step_forward(model, compile, stream.batch(0)[0])
+    forward = _step_forward(model, compile, stream.batch(0)[0])  # ids checked once
 
     def step_loss(step: int) -> torch.Tensor:
         x, y = stream.batch(step)
