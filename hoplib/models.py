@@ -6,7 +6,7 @@ target token id. Attention is pluggable (:class:`AttentionSpec`); :class:`GPTEns
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -232,6 +232,10 @@ class GPT(nn.Module):
 
     def forward(self, ids: torch.Tensor, return_attention: bool = False):
         check_ids(ids, self.config.vocab_size, self.config.n_positions)
+        return self.forward_unchecked(ids, return_attention)
+
+    def forward_unchecked(self, ids: torch.Tensor, return_attention: bool = False):
+        """``forward`` without its check of ``ids`` (a device sync): for data checked once (hoplib.train)."""
         x = self.drop(self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device)))
         atts = []
         for block in self.blocks:
@@ -265,25 +269,30 @@ def count_parameters(model: nn.Module) -> int:
 
 
 class GPTEnsemble(nn.Module):
-    """E softmax GPTs of one config, parameters stacked along a leading axis: ``forward(ids (E, B, T))`` gives
-    logits (E, B, T, C) with batched matrix products and one attention call, so E small models share a GPU.
-    The models share no parameters and AdamW is elementwise, so training on the sum of their losses equals
-    training each alone (up to float rounding). Dropout draws independent masks per model."""
+    """E softmax GPTs of one config up to depth, deepest first, parameters stacked along a leading axis (layer i
+    holds the models deeper than i): ``forward(ids (E, B, T))`` gives logits (E, B, T, C) with batched matrix
+    products and one attention call per layer, so E small models share a GPU. The models share no parameters and
+    AdamW is elementwise, so training on the sum of their losses equals training each alone (up to float
+    rounding). Dropout draws independent masks per model."""
 
     def __init__(self, models: list[GPT]):
         super().__init__()
+        self.depths = [mdl.config.depth for mdl in models]
         for i, mdl in enumerate(models):
-            if mdl.config != models[0].config:
-                raise ValueError(f"models[{i}] has config {mdl.config}, expected {models[0].config} (all equal)")
+            if mdl.config != replace(models[0].config, depth=mdl.config.depth):
+                raise ValueError(f"models[{i}] has config {mdl.config}, expected {models[0].config} (equal up to "
+                                 "depth)")
+            if i and self.depths[i] > self.depths[i - 1]:
+                raise ValueError(f"models[{i}] is deeper than models[{i - 1}]: order the models deepest first")
         if not isinstance(models[0].config.attention, SoftmaxAttention):
             raise ValueError(f"GPTEnsemble supports softmax attention only, got {models[0].config.attention!r}; "
                              "train models with other attentions one at a time with hoplib.train.fit")
         self.config, self.n_models = models[0].config, len(models)
         states = [m.state_dict() for m in models]
-        self._names = list(states[0])
         # nn.ParameterDict keys may not contain '.', so store under mangled names.
-        self.stacked = nn.ParameterDict({n.replace(".", "__"): nn.Parameter(torch.stack([s[n] for s in states]))
-                                         for n in self._names})
+        self.stacked = nn.ParameterDict({n.replace(".", "__"): nn.Parameter(torch.stack([s[n] for s in states
+                                                                                          if n in s]))
+                                         for n in states[0]})
 
     def p(self, name: str) -> torch.Tensor:
         """The stacked parameter (E, ...) named as in :class:`GPT`'s state_dict, e.g. ``'blocks.0.ln1.weight'``."""
@@ -303,28 +312,36 @@ class GPTEnsemble(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.dim() != 3 or ids.shape[0] != self.n_models:  # (1, B, T) would broadcast silently
             raise ValueError(f"ids must have shape (E={self.n_models}, B, T), got {tuple(ids.shape)}")
-        cfg, (e, b, t) = self.config, ids.shape
-        check_ids(ids, cfg.vocab_size, cfg.n_positions)
-        m, h, drop = cfg.d_model, cfg.heads, (cfg.dropout if self.training else 0.0)
+        check_ids(ids, self.config.vocab_size, self.config.n_positions)
+        return self.forward_unchecked(ids)
+
+    def forward_unchecked(self, ids: torch.Tensor) -> torch.Tensor:
+        """``forward`` without its checks of ``ids`` (a device sync): for data checked once (hoplib.train)."""
+        cfg, (e, _, t) = self.config, ids.shape
         rows = torch.arange(e, device=ids.device).view(e, 1, 1)
         x = self.p("wte.weight")[rows, ids] + self.p("wpe.weight")[:, :t].unsqueeze(1)  # (E, B, T, m)
-        x = F.dropout(x, drop, self.training)
+        x = F.dropout(x, cfg.dropout, self.training)
         for i in range(cfg.depth):
-            pre = f"blocks.{i}."
-            qkv = self._linear(self._ln(x, pre + "ln1"), pre + "attn.qkv")
-            q, k, v = (z.reshape(e * b, t, h, m // h).transpose(1, 2) for z in qkv.split(m, dim=-1))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
-            a = self._linear(a.transpose(1, 2).reshape(e, b, t, m), pre + "attn.proj")
-            x = x + F.dropout(a, drop, self.training)
-            y = F.gelu(self._linear(self._ln(x, pre + "ln2"), pre + "mlp.fc"), approximate="tanh")
-            x = x + F.dropout(self._linear(y, pre + "mlp.proj"), drop, self.training)
+            n = sum(d > i for d in self.depths)  # the first n models have a layer i
+            x = self._block(x, i) if n == e else torch.cat([self._block(x[:n], i), x[n:]])
         x = self._ln(x, "ln_f")
         return x if cfg.head == "layernorm" else self._linear(x, "unembed", bias=False)
+
+    def _block(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        (e, b, t, m), h, pre = x.shape, self.config.heads, f"blocks.{i}."
+        drop = self.config.dropout if self.training else 0.0
+        qkv = self._linear(self._ln(x, pre + "ln1"), pre + "attn.qkv")
+        q, k, v = (z.reshape(e * b, t, h, m // h).transpose(1, 2) for z in qkv.split(m, dim=-1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        a = self._linear(a.transpose(1, 2).reshape(e, b, t, m), pre + "attn.proj")
+        x = x + F.dropout(a, drop, self.training)
+        y = F.gelu(self._linear(self._ln(x, pre + "ln2"), pre + "mlp.fc"), approximate="tanh")
+        return x + F.dropout(self._linear(y, pre + "mlp.proj"), drop, self.training)
 
     def unstack(self) -> list[GPT]:
         """The E models as separate :class:`GPT` modules (copies of the current weights, on the same device)."""
         out = []
-        for j in range(self.n_models):
-            out.append(GPT(self.config).to(self.p(self._names[0]).device))
-            out[-1].load_state_dict({n: self.p(n)[j].detach().clone() for n in self._names})
+        for j, depth in enumerate(self.depths):
+            out.append(GPT(replace(self.config, depth=depth)).to(self.p("wte.weight").device))
+            out[-1].load_state_dict({n: self.p(n)[j].detach().clone() for n in out[-1].state_dict()})
         return out

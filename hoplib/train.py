@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from hoplib._book.device import autocast, get_device, seed_everything
 from hoplib._book.results import atomic_write, atomic_write_text, provenance
 from hoplib.evaluate import per_k_error, per_k_errors, samples_per_k
-from hoplib.models import GPT, GPTConfig, GPTEnsemble, count_parameters
+from hoplib.models import GPT, GPTConfig, GPTEnsemble, check_ids, count_parameters
 from hoplib.tasks import HopTask
 
 CHECKPOINT_FORMAT = 2  # 2: with a sha256 checksum of the contents
@@ -36,7 +36,7 @@ _FINITE_SEED_BASE = 2**30
 _TRAIN_SEED_BASE = 2**31
 MAX_SEED = 127
 MAX_STEPS = 2**24
-_FLUSH_EVERY = 100  # losses are copied to the host (one device sync) every this many steps
+_FLUSH_EVERY = 100  # losses are read (one device sync) every this many steps and at evaluations, checkpoints, the end
 
 
 class CheckpointError(ValueError):
@@ -260,7 +260,7 @@ def _flush(buf: list[torch.Tensor], history: dict[str, Any], config: TrainConfig
 
 
 def _check_finite_weights(model: nn.Module, step: int, history: dict[str, Any]) -> None:
-    if not all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.is_floating_point()):
+    if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters() if p.is_floating_point()]).all()):
         raise DivergedError(f"training diverged: the weights are not finite after step {step}; lower the "
                             "learning rate or lengthen the warmup", history, step)
 
@@ -343,9 +343,20 @@ def _cross_entropy(logits: torch.Tensor, y: torch.Tensor, **kw: Any) -> torch.Te
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), **kw)
 
 
+def _step_forward(model: nn.Module, compile: bool | str, first_ids: torch.Tensor) -> Callable:
+    """``model`` as the training step calls it: ``torch.compile``d (``compile``: True, or a mode such as
+    "reduce-overhead", CUDA graphs on a GPU), else a GPT's forward without the check of its ids (a device sync
+    per step); a GPT's ids are checked once instead, on ``first_ids``, the stream's first batch."""
+    if hasattr(model, "forward_unchecked"):
+        check_ids(first_ids, model.config.vocab_size, model.config.n_positions)
+    if not compile:
+        return getattr(model, "forward_unchecked", model)
+    return torch.compile(model, mode=None if compile is True else compile)  # no step keeps a graph's outputs
+
+
 def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
         device: str | torch.device = "auto", progress: bool = True,
-        compile: bool = False, checkpoint: str | os.PathLike | None = None,
+        compile: bool | str = False, checkpoint: str | os.PathLike | None = None,
         checkpoint_every: int | None = None,
         checkpoint_meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train ``model`` (ids (B, T) -> logits (B, T, C)) on ``task`` through
@@ -355,7 +366,7 @@ def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
     model.to(dev)
     stream = DataStream(task, config.batch_size, config.n_train, config.seed,
                         dev)
-    forward = torch.compile(model) if compile else model
+    forward = _step_forward(model, compile, stream.batch(0)[0])  # ids checked once
 
     def step_loss(step: int) -> torch.Tensor:
         x, y = stream.batch(step)
@@ -375,19 +386,19 @@ def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
 
 
 def fit_ensemble(models: Sequence[nn.Module], task: HopTask, configs: Sequence[TrainConfig], *,
-                 device: str | torch.device = "auto", progress: bool = True, compile: bool = False,
+                 device: str | torch.device = "auto", progress: bool = True, compile: bool | str = False,
                  checkpoint: str | os.PathLike | None = None,
                  checkpoint_every: int | None = None) -> tuple[list[nn.Module], list[dict[str, Any]]]:
-    """Train E GPTs of one architecture at once, as one :class:`hoplib.models.GPTEnsemble`; their configs may
-    differ only in ``seed`` and ``n_train``. Model e sees exactly the data of ``fit(models[e], task,
-    configs[e])``, and since AdamW is elementwise the result equals E separate runs up to float rounding."""
+    """Train E GPTs of one architecture up to depth (deepest first) at once, as one :class:`GPTEnsemble`;
+    their configs may differ only in ``seed`` and ``n_train``. Model e sees exactly the data of
+    ``fit(models[e], task, configs[e])``; AdamW is elementwise, so this equals E separate runs up to rounding."""
     c0, e = configs[0], len(models)
     if len(configs) != e or len({dataclasses.replace(c, seed=0, n_train=None) for c in configs}) != 1:
         raise ValueError("an ensemble needs one TrainConfig per model, equal up to seed and n_train")
     dev = get_device(device)
     ens = GPTEnsemble([m.to(dev) for m in models]).to(dev)
     streams = [DataStream(task, c.batch_size, c.n_train, c.seed, dev) for c in configs]
-    forward = torch.compile(ens) if compile else ens
+    forward = _step_forward(ens, compile, torch.stack([s.batch(0)[0] for s in streams]))
 
     def step_loss(step: int) -> torch.Tensor:
         x, y = (torch.stack(b) for b in zip(*(s.batch(step) for s in streams), strict=True))
@@ -555,7 +566,7 @@ def write_run(out: str | os.PathLike, model: nn.Module, record: dict[str, Any]) 
 
 
 def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.device = "auto",
-              progress: bool = True, compile: bool = False, checkpoint_every: int | None = 1000,
+              progress: bool = True, compile: bool | str = False, checkpoint_every: int | None = 1000,
               command: str | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Train, evaluate and record one run in ``out``: skip it if finished, resume it if interrupted; refuse
     another run's folder unless ``overwrite`` (:class:`RunConflictError`). A diverged run is recorded with
@@ -576,7 +587,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.
             return done
         model = config.init_model(dev)
         command = command or "python scripts/run_training.py " + " ".join(config_argv(config) + ["--out", str(out)])
-        speed = {"compiled": True} if compile else {}
+        speed = {"compiled": compile} if compile else {}
         try:
             hist = fit(model, task, config.train, device=dev, progress=progress, compile=compile,
                        checkpoint=out / "checkpoint.pt", checkpoint_every=checkpoint_every,

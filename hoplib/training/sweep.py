@@ -4,7 +4,8 @@ Each run lives in ``<out>/<run_name>`` (the files of :func:`hoplib.train.train_r
 interrupted ones resumed, diverged ones recorded. :data:`GRIDS`: ``quick`` (CPU, a minute), ``small`` (CPU, 10-15
 minutes: the width and sample-size axes of Appendix G.3, G.5), ``medium`` (CPU, an hour: depths 2..5, two seeds),
 ``depth`` (CPU, 4 core-hours: depths 2..6, k <= 16, three seeds) and ``paper`` (the authors' grid, for a GPU;
-``ensemble=True`` trains one architecture's runs together). Command line: ``scripts/run_training.py``.
+``ensemble=True`` trains one architecture's runs together, ``ensemble="width"`` every depth of one width).
+Command line: ``scripts/run_training.py``.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def run_name(config: RunConfig) -> str:
 
 # --------------------------------------------------------------------------- training a grid
 def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device = "auto", progress: bool = True,
-              ensemble: bool = False, checkpoint_every: int = 1000, compile: bool = False,
+              ensemble: bool | str = False, checkpoint_every: int = 1000, compile: bool | str = False,
               shard: tuple[int, int] = (0, 1), seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
     """Train every run of ``grid`` (a :class:`Grid` or a name of :data:`GRIDS`, with ``seeds`` if given)
     under ``out``; write and return :func:`collect`'s table of the complete runs.
@@ -100,14 +101,14 @@ def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device =
         raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
     out, configs = Path(out), g.configs()
     if ensemble:  # units of work are architecture groups, in a fixed order shared by every shard
-        archs = list(dict.fromkeys(_arch(c) for c in configs))[i::n]
-        mine = [c for c in configs if _arch(c) in archs]
+        archs = list(dict.fromkeys(_arch(c, ensemble) for c in configs))[i::n]
+        mine = [c for c in configs if _arch(c, ensemble) in archs]
     else:
         mine = configs[i::n]
     todo = [c for c in mine if finished_results(out / run_name(c), c) is None]
     kw = dict(device=device, progress=progress, checkpoint_every=checkpoint_every, compile=compile)
     if ensemble and todo:
-        _run_ensembles(todo, out, **kw)
+        _run_ensembles(todo, out, ensemble, **kw)
     else:
         for c in todo:
             _train_one(c, out, **kw)
@@ -123,17 +124,20 @@ def _train_one(config: RunConfig, out: Path, **kw: Any) -> None:
         warnings.warn(f"run {run_name(config)} diverged: {exc}", RuntimeWarning, stacklevel=3)
 
 
-def _arch(config: RunConfig) -> tuple:
-    """Everything but the data regime and seed: runs with equal keys can share a GPTEnsemble."""
-    return tuple(sorted(config.replace(n_train=None, seed=0).to_dict().items()))
+def _arch(config: RunConfig, ensemble: bool | str) -> tuple:
+    """Everything but the data regime and seed (and the depth, with ``ensemble="width"``): runs with equal keys
+    share a GPTEnsemble."""
+    depth = {"depth": 1} if ensemble == "width" else {}
+    return tuple(sorted(config.replace(n_train=None, seed=0, **depth).to_dict().items()))
 
 
-def _run_ensembles(todo: list[RunConfig], out: Path, *, device, **kw: Any) -> None:
+def _run_ensembles(todo: list[RunConfig], out: Path, ensemble: bool | str, *, device, **kw: Any) -> None:
     dev = get_device(device)
     groups: dict[tuple, list[RunConfig]] = {}
     for c in todo:
-        groups.setdefault(_arch(c), []).append(c)
+        groups.setdefault(_arch(c, ensemble), []).append(c)
     for configs in groups.values():
+        configs = sorted(configs, key=lambda c: -c.depth)  # deepest first, as GPTEnsemble stacks them
         c0 = configs[0]
         if len(configs) == 1:  # a group of one: a plain run
             _train_one(c0, out, device=dev, **kw)
