@@ -48,3 +48,27 @@ def test_wide_tokens_still_fit_the_memory_bound():
     y, stats, info = layer_as_mpc(layer, x, 320, audit=True)
     assert stats.max_memory <= 320 and info["branching"] == 2
     assert np.abs(y - layer.forward(x)).max() <= TOLERANCE
+
+
+def test_run_mpc_layer_regime_writes_keeps_and_resumes(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "run_mpc.py"
+    spec = importlib.util.spec_from_file_location("run_mpc", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "regime.json"
+    script.main(["layer-regime", "--ns", "64,128", "--deltas", "0.9", "--out", str(out)])
+    rec = json.loads(out.read_text())
+    assert [(r["N"], r["rounds"]) for r in rec["data"]] == [(64, 8), (128, 8)]  # s = 148, 275: b = 4, 8; D = 3
+    assert all(r["memory"] < r["input_words"] and r["max_error"] <= TOLERANCE for r in rec["data"])
+    with pytest.raises(SystemExit, match="exists"):
+        script.main(["layer-regime", "--ns", "64,128", "--deltas", "0.9", "--out", str(out)])
+    with pytest.raises(ValueError, match="other parameters"):
+        script.main(["layer-regime", "--ns", "64", "--deltas", "0.9", "--out", str(out), "--resume"])
+    rec["data"] = rec["data"][:1]
+    out.write_text(json.dumps(rec))
+    script.main(["layer-regime", "--ns", "64,128", "--deltas", "0.9", "--out", str(out), "--resume"])
+    assert [r["N"] for r in json.loads(out.read_text())["data"]] == [64, 128]

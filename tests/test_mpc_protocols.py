@@ -278,3 +278,12 @@ def test_hop_protocol_on_a_million_words_at_delta_three_quarters_stays_under_500
     assert peak < 500 * 2**20, f"peak {peak / 2**20:.0f} MB"
     np.testing.assert_array_equal(answer, hop(x, 16))
     assert stats.max_memory <= s
+
+
+def test_components_rounds_are_all_labelled_by_step_with_equal_rounds_per_iteration():
+    edges = cycles_instance(128, False, 2)
+    _, stats = connected_components_protocol(edges, 128, 256)
+    steps = {k: v for k, v in stats.phases.items() if k != "iterations"}
+    assert set(steps) == {"lookup: grandparents", "lookup: endpoints", "min: hook and shortcut", "global OR"}
+    assert sum(steps.values()) == stats.rounds  # no round outside the four steps
+    assert all(v % stats.phases["iterations"] == 0 for v in steps.values())  # the same rounds every iteration

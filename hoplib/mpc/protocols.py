@@ -189,10 +189,12 @@ def connected_components_protocol(edges, num_vertices: int, memory: int, *, audi
     while iterations < max_iterations and not converged:
         _fastsv_iteration(sim, n, m, cv, ce, seed + 3 * iterations)
         iterations += 1
+        sim.phase("global OR")
         prefix_counts(sim, "_chg", "_nchg", fanout=max(2, memory // 4))  # [changed before, changed in all]
         sim.finish()
         converged = not np.any(sim.table("_nchg").data[:, 1])
         sim.defer(lambda ctx, mem: {k: t for k, t in mem.items() if k not in ("_nchg", "_chg")})
+    sim.phase(None)
     sim.stats.phases["iterations"] = iterations
     sim.stats.converged = converged
     par = sim.table("par")
@@ -215,6 +217,7 @@ def _fastsv_iteration(sim: MPCSimulator, n: int, m: int, cv: int, ce: int, seed:
         return {**mem, "_rq": Table(par.machine, req)}
 
     sim.defer(ask_gp)
+    sim.phase("lookup: grandparents")
     lookup(sim, "par", "_rq", "_gp", value_width=1, n_records=2 * n, seed=seed)
 
     def ask_edges(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
@@ -230,6 +233,7 @@ def _fastsv_iteration(sim: MPCSimulator, n: int, m: int, cv: int, ce: int, seed:
         return mem
 
     sim.defer(ask_edges)
+    sim.phase("lookup: endpoints")
     lookup(sim, "pg", "_rq", "_ep", value_width=2, n_records=n + 2 * m, seed=seed + 1)
 
     def hook(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
@@ -249,6 +253,7 @@ def _fastsv_iteration(sim: MPCSimulator, n: int, m: int, cv: int, ce: int, seed:
         return mem
 
     sim.defer(hook)
+    sim.phase("min: hook and shortcut")
     reduce_min(sim, "_hk", "_new", n_values=n, n_records=4 * m + 2 * n, seed=seed + 2)
 
     def apply(ctx: RoundContext, mem: dict[str, Table]) -> dict[str, Table]:
