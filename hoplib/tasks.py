@@ -222,7 +222,9 @@ class HopTask:
                device: str | torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(inputs, targets)``, LongTensors (batch_size, seq_len - 1); arguments as in :meth:`draw`."""
         letters, ks = self.draw(batch_size, k, seed, device)
-        answers, v = hop(letters, ks), self.vocab
+        ptr = _compose_power(_find_torch(letters), ks, self.max_hops)  # hop() without its checks (syncs)
+        answers = torch.where(ptr >= 0, torch.gather(letters, 1, ptr.clamp(min=0)), NO_ANSWER)
+        v = self.vocab
         inputs = torch.cat([ks.unsqueeze(1), letters + v.first_letter], dim=1)
         targets = torch.where(answers >= 0, answers + v.first_letter, v.no_answer)
         return inputs, torch.cat([torch.full_like(ks.unsqueeze(1), v.blank), targets], dim=1)
