@@ -4,6 +4,9 @@
     python scripts/run_rnn.py --part matched --workers 2 --out results    # GRU, LSTM at the training chapter's
                                                                           # medium task and recipe
     python scripts/run_rnn.py --part alphabet --workers 2 --out results   # k = 1, growing alphabet
+    python scripts/run_rnn.py --part state_lr --out results               # k = 1, |Sigma| = N/4: the learning
+    python scripts/run_rnn.py --part state --seed S --out results         # rate of each family, then width
+                                                                          # against N with that rate
 
 writes ``<out>/rnn/<profile>/<part>[_seed<s>].json`` (a ``.partial.json`` beside it keeps the models finished
 so far). ``--profile paper`` is the GPU-scale grid, not run for the book.
@@ -39,6 +42,12 @@ def matched_settings(grid: str, kinds: list[str], depths: list[int]) -> dict[str
             "warmup_steps": s["warmup_steps"], "n_samples": s["eval_samples"], "grid": grid}
 
 
+STATE = {"lengths": [16, 32, 64], "letters_per_position": 0.25, "kinds": ["gru", "lstm", "mamba"],
+         "widths": [16, 64], "transformer_width": 32, "depth": 2, "lrs": [3e-3, 1e-2], "reference": (32, 16),
+         "steps": 600, "batch_size": 32, "warmup_steps": 50, "heads": HEADS, "n_samples": 100}
+"""The state-size sweep: k = 1 with |Sigma| = N/4; the recurrent families at each width, the transformer at
+one; each family's learning rate is the best of ``lrs`` on seed 0 at the reference (N, width)."""
+
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}}
     "cpu": {"training": {"seq_len": 32, "max_hops": 4, "kinds": ["gru", "lstm", "mamba", "transformer"],
                          "depths": [1, 2, 3, 4], "widths": [64], "steps": 4000, "lrs": [1e-3, 3e-3],
@@ -46,7 +55,9 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}
             "matched": matched_settings("medium", ["gru", "lstm"], [1, 2, 3, 4, 5, 6]),
             "alphabet": {"alphabets": [4, 8, 16, 32], "kinds": ["gru", "lstm", "mamba", "transformer"],
                          "depth": 2, "widths": [16, 32, 64], "lrs": [1e-3, 3e-3], "steps": 2000,
-                         "batch_size": 32, "warmup_steps": 100, "heads": HEADS, "n_samples": 200}},
+                         "batch_size": 32, "warmup_steps": 100, "heads": HEADS, "n_samples": 200},
+            "state": STATE,
+            "state_lr": STATE},
     "paper": {"training": {"seq_len": 100, "max_hops": 16, "kinds": ["gru", "lstm", "mamba", "transformer"],
                            "depths": [1, 2, 3, 4, 5, 6], "widths": [64, 128], "steps": 20_000,
                            "lrs": [3e-4, 1e-3], "warmup_steps": 1000, "n_samples": 100},
@@ -74,6 +85,37 @@ def alphabet_run(s: dict[str, Any], *, seed: int, device: str, workers: int) -> 
     return map_points(job, points, workers=workers, device=device)
 
 
+def state_point(n: int, s: dict[str, Any], kind: str, width: int, lr: float) -> dict[str, Any]:
+    return {"alphabet_size": int(n * s["letters_per_position"]), "seq_len": n, "kind": kind, "d_model": width,
+            "depth": s["depth"], "lr": lr}
+
+
+def state_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """Every family at the reference (N, width) with every learning rate (the transformer at its width)."""
+    n, width = s["reference"]
+    points = [state_point(n, s, kind, width, lr) for kind in s["kinds"] for lr in s["lrs"]]
+    points += [state_point(n, s, "transformer", s["transformer_width"], lr) for lr in s["lrs"]]
+    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+
+
+def chosen_lrs(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Each family's learning rate of lowest error in the records of the state_lr part (the first on a tie)."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r["kind"] not in best or r["error"] < best[r["kind"]]["error"]:
+            best[r["kind"]] = r
+    return {kind: r["lr"] for kind, r in best.items()}
+
+
+def state_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """Length, family, width with each family's chosen rate (``s["lr_by_kind"]``)."""
+    lr = s["lr_by_kind"]
+    points = [state_point(n, s, kind, w, lr[kind]) for n in s["lengths"] for kind in s["kinds"]
+              for w in s["widths"]]
+    points += [state_point(n, s, "transformer", s["transformer_width"], lr["transformer"]) for n in s["lengths"]]
+    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+
+
 def depth_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The points and the job of a depth part (training, matched)."""
     task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
@@ -96,19 +138,25 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
     """Train the points of ``args.part`` (the alphabet sweep, or ``depth``'s) with the one sweep runner and
     store their records at ``path``."""
     device = params["device"]
-    points, job = (alphabet_sweep if args.part == "alphabet" else depth)(s, seed=args.seed, device=device)
+    make = {"alphabet": alphabet_sweep, "state": state_sweep, "state_lr": state_lr_sweep}.get(args.part, depth)
+    points, job = make(s, seed=args.seed, device=device)
     run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
               executor=executor_from_args(args))
     return path
 
 
 def main(argv: list[str] | None = None) -> Path:
-    args = sweep_parser(__doc__, PROFILES, ("training", "matched", "alphabet")).parse_args(argv)
+    args = sweep_parser(__doc__, PROFILES, ("training", "matched", "alphabet", "state", "state_lr")).parse_args(argv)
     device = run_device(args)
     s = dict(PROFILES[args.profile][args.part])
     path = Path(args.out) / "rnn" / args.profile / (args.part + (f"_seed{args.seed}" if args.seed else "") + ".json")
     params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed}
-    if args.part != "alphabet":
+    if args.part == "state":  # each family's rate, read from the stored state_lr run (seed 0)
+        from hoplib._book.results import load_stored
+
+        lr_run = path.with_name("state_lr.json")
+        s["lr_by_kind"] = chosen_lrs(load_stored(str(lr_run.relative_to(args.out)), root=args.out).data)
+    if args.part not in ("alphabet", "state", "state_lr"):
         params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
     return run_part(args, s, path, params, depth_sweep)
 

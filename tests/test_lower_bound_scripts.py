@@ -32,6 +32,7 @@ def _stored(chapter: str, name: str) -> dict:
 
 @pytest.mark.parametrize("chapter, name, part, changes", [
     ("rnn", "training", "training", {}), ("rnn", "matched", "matched", {}), ("rnn", "alphabet", "alphabet", {}),
+    ("rnn", "state_lr", "state_lr", {}), ("rnn", "state", "state", {}), ("rnn", "state_seed1", "state", {}),
     ("efficient_attention", "matched", "matched", {}), ("efficient_attention", "features", "features", {}),
     ("efficient_attention", "alphabet", "alphabet", {}),
     ("efficient_attention", "alphabet_seed1", "alphabet", {"alphabets": [16]}),
@@ -53,6 +54,34 @@ def test_alphabet_sweep_records_every_point_in_order_and_workers_do_not_change_r
     assert all((r["state_bits"] > 0) == (r["kind"] != "transformer") for r in one)
     again = run_rnn.alphabet_run(TINY, seed=1, device="cpu", workers=2)
     assert [r["error"] for r in again] == [r["error"] for r in one]
+
+
+def test_state_sweep_gives_each_family_the_rate_it_won_on_the_reference_runs(tmp_path, monkeypatch):
+    run_rnn = _script("run_rnn")
+    tiny = {**run_rnn.STATE, "lengths": [8, 16], "kinds": ["gru"], "widths": [4], "transformer_width": 8,
+            "reference": (8, 4), "lrs": [1e-3, 3e-3], "steps": 2, "batch_size": 4, "warmup_steps": 1,
+            "heads": 2, "n_samples": 4}
+    monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state_lr", tiny)
+    monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state", tiny)
+    run_rnn.main(["--part", "state_lr", "--out", str(tmp_path)])
+    ref = json.loads((tmp_path / "rnn" / "cpu" / "state_lr.json").read_text())["data"]
+    assert sorted((r["kind"], r["lr"], r["seq_len"], r["d_model"]) for r in ref) == [
+        ("gru", 1e-3, 8, 4), ("gru", 3e-3, 8, 4), ("transformer", 1e-3, 8, 8), ("transformer", 3e-3, 8, 8)]
+    run_rnn.main(["--part", "state", "--seed", "1", "--out", str(tmp_path)])
+    stored = json.loads((tmp_path / "rnn" / "cpu" / "state_seed1.json").read_text())
+    chosen = stored["parameters"]["lr_by_kind"]
+    for kind in ("gru", "transformer"):
+        errors = {r["lr"]: r["error"] for r in ref if r["kind"] == kind}
+        assert chosen[kind] == min(errors, key=errors.get)
+    assert sorted((r["seq_len"], r["alphabet_size"], r["kind"], r["lr"]) for r in stored["data"]) == sorted(
+        (n, n // 4, kind, chosen[kind]) for n in (8, 16) for kind in ("gru", "transformer"))
+
+
+def test_chosen_rate_is_the_lowest_error_and_the_first_on_a_tie():
+    run_rnn = _script("run_rnn")
+    records = [{"kind": "gru", "lr": 1e-3, "error": 0.5}, {"kind": "gru", "lr": 1e-2, "error": 0.5},
+               {"kind": "lstm", "lr": 1e-3, "error": 0.5}, {"kind": "lstm", "lr": 1e-2, "error": 0.1}]
+    assert run_rnn.chosen_lrs(records) == {"gru": 1e-3, "lstm": 1e-2}
 
 
 def test_matched_settings_follow_the_training_grid():

@@ -116,9 +116,10 @@ def best_lr(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def alphabet_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any], *, seed: int = 0,
                    device: str = "cpu") -> dict[str, Any]:
     """Train one point of an alphabet sweep (``alphabet_size``, ``kind``, ``d_model``, ``depth``, ``lr``) on
-    single-hop data with N = 2 |Sigma| + 32; its record with ``error`` at k = 1 and ``state_bits``."""
+    single-hop data of length ``point["seq_len"]`` (default 2 |Sigma| + 32); its record with ``error`` at k = 1
+    and ``state_bits``."""
     a = point["alphabet_size"]
-    task = HopTask(seq_len=2 * a + 32, alphabet_size=a, max_hops=1, min_hops=1)
+    task = HopTask(seq_len=point.get("seq_len", 2 * a + 32), alphabet_size=a, max_hops=1, min_hops=1)
     if point["kind"] in ATTENTION_KINDS:
         make_build = functools.partial(attention_builder, heads=settings["heads"],
                                        n_features=settings.get("n_features"), window=settings.get("window"),
