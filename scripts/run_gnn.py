@@ -3,10 +3,12 @@
     python scripts/run_gnn.py --profile cpu --part edge --workers 2 --out results    # edge labels
     python scripts/run_gnn.py --profile cpu --part pair --workers 2 --out results    # edge and pair labels
     python scripts/run_gnn.py --profile cpu --part pair --diameters 16 --depths 5 --steps 24000 --out results
+    python scripts/run_gnn.py --profile cpu --part mpc --out results    # MPC components at s = (2|E|)^delta
 
 writes ``<out>/gnn/<profile>/<part>_sweep[_seed<s>][_steps<n>][_depths<a>-<b>].json``: one model per
-(family, D, depth) by :func:`hoplib.lower_bounds.gnn.train_edge_transformer`. A ``.partial.json`` beside it
-keeps the models finished so far.
+(family, D, depth) by :func:`hoplib.lower_bounds.gnn.train_edge_transformer`, or for ``mpc`` one protocol run
+per (family, D, delta) by :func:`hoplib.lower_bounds.gnn.mpc_components`. A ``.partial.json`` beside it
+keeps the points finished so far.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}
               "pair": {"ds": [2, 4, 8, 16, 32, 64], "depths": [1, 2, 3, 4, 5, 6, 7], "d_model": 128,
                        "steps": 20000, "families": list(graphs.FAMILIES), "eval_size": 2048}},
 }
+MPC_PROFILES = {"quick": {"families": ["path"], "ds": [256, 512, 1024], "deltas": ["3/4"]},
+                "cpu": {"families": list(graphs.FAMILIES), "ds": [2**i for i in range(8, 15)],
+                        "deltas": ["1/2", "2/3", "3/4"]}}
+MPC_PROFILES["paper"] = MPC_PROFILES["cpu"]
+
+
+def _mpc_point(index: int, point: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    del index
+    row = gnn.mpc_components(point["family"], point["D"], point["delta"], seed=seed)
+    return [] if row is None else [row]  # none where s is below the protocol's least memory
 
 
 def settings(profile: str, part: str) -> dict[str, Any]:
@@ -54,8 +66,8 @@ def _train_point(index: int, point: dict[str, Any], s: dict[str, Any], part: str
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
-    p.add_argument("--part", default="edge", choices=("edge", "pair"),
-                   help="edge: edge labels only; pair: edge and pair labels")
+    p.add_argument("--part", default="edge", choices=("edge", "pair", "mpc"),
+                   help="edge: edge labels only; pair: edge and pair labels; mpc: components protocol")
     p.add_argument("--out", required=True, help="results root")
     add_run_options(p, seed_help="seeds other than 0 add _seed<seed> to the file name")
     p.add_argument("--diameters", type=int, nargs="+", help="only these of the profile's diameters")
@@ -63,6 +75,19 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--steps", type=int, help="train this many steps (a control run: _steps<steps>)")
     args = p.parse_args(argv)
     device, part = run_device(args), args.part
+    if part == "mpc":
+        if args.diameters or args.depths or args.steps is not None:
+            raise ValueError("--part mpc takes none of --diameters, --depths, --steps")
+        m = MPC_PROFILES[args.profile]
+        path = Path(args.out) / "gnn" / args.profile / ("mpc_sweep" + (f"_seed{args.seed}" if args.seed else "")
+                                                        + ".json")
+        points = [{"family": fam, "D": d, "delta": delta} for delta in m["deltas"][::-1] for d in m["ds"]
+                  for fam in m["families"]]  # the cheap points (large delta, small D) first
+        params = {"chapter": "gnn", "part": part, "profile": args.profile, "device": device, "seed": args.seed,
+                  **{f"mpc_{k}": v for k, v in m.items()}}
+        run_sweep(functools.partial(_mpc_point, seed=args.seed), points, path, params, device=device,
+                  workers=args.workers, overwrite=args.overwrite, executor=executor_from_args(args))
+        return path
     s = settings(args.profile, part)
     name, deeper = f"{part}_sweep" + (f"_seed{args.seed}" if args.seed else ""), ""
     if args.diameters:

@@ -387,3 +387,26 @@ def test_run_gnn_control_run_names_its_steps_and_subset_and_refuses_bad_argument
     assert "exists" in capsys.readouterr().err
     assert run_cli(main, ["--out", str(tmp_path), "--profile", "quick", "--diameters", "3"]) == 2
     assert "not in the profile" in capsys.readouterr().err
+
+
+def test_mpc_components_keeps_memory_below_the_input_and_skips_below_the_protocols_floor():
+    from hoplib.lower_bounds.gnn import mpc_components
+
+    row = mpc_components("path", 256, "3/4")
+    assert row["memory"] == math.ceil(row["N"] ** 0.75) < row["N"] and row["N"] == 4 * 256
+    assert row["correct"] and row["max_memory"] <= row["memory"] and row["rounds"] > row["iterations"]
+    assert mpc_components("path", 256, "1/2") is None  # 32 words: below max(128, ...)
+
+
+def test_stored_mpc_sweep_was_made_with_the_scripts_cpu_settings():
+    params = json.loads((ROOT / "results" / "gnn" / "cpu" / "mpc_sweep.json").read_text())["parameters"]
+    assert {k.removeprefix("mpc_"): params[k] for k in params if k.startswith("mpc_")} \
+        == _run_gnn().MPC_PROFILES["cpu"]
+
+
+def test_run_gnn_mpc_part_refuses_the_training_options(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from cli import run_cli
+
+    assert run_cli(_run_gnn().main, ["--out", str(tmp_path), "--part", "mpc", "--steps", "3"]) == 2
+    assert "takes none of" in capsys.readouterr().err

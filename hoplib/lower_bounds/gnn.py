@@ -153,6 +153,30 @@ def doubling_connectivity(edges: torch.Tensor,
         r, squarings = new, squarings + 1
 
 
+def mpc_components(family: str, diameter: int, delta: str, *,
+                   seed: int = 0) -> dict | None:
+    """The MPC components protocol on one instance of ``family`` at diameter D,
+    with s = ceil((2|E|)^delta) words per machine, below the input's N = 2|E|
+    words; None where s is under the protocol's least memory."""
+    from fractions import Fraction
+
+    from hoplib.mpc import protocols
+
+    g = graphs.sample_graphs(family, diameter, 1, seed=seed + diameter)
+    edges, n = g.edges[0].numpy(), g.num_nodes
+    words = 2 * len(edges)
+    s = math.ceil(words ** float(Fraction(delta)) - 1e-9)
+    if s < protocols.components_min_memory(n, len(edges)):
+        return None
+    labels, st = protocols.connected_components_protocol(edges, n, s, seed=seed)
+    together = labels[int(g.s[0])] == labels[int(g.t[0])]
+    right = together == bool(g.y[0]) and len(set(labels.tolist())) == 2
+    return {"family": family, "D": diameter, "delta": delta, "N": words,
+            "memory": s, "nodes": n, "iterations": st.phases["iterations"],
+            "rounds": st.rounds, "max_memory": st.max_memory,
+            "correct": bool(right)}
+
+
 # --------------------------------------------------------------------------- training
 def _train(make_model: Callable[[], nn.Module], loss_and_acc: Callable[..., tuple[torch.Tensor, torch.Tensor]],
            record: dict, *, family: str, diameter: int, steps: int, batch_size: int, lr: float, seed: int,

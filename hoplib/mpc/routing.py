@@ -91,12 +91,19 @@ class RoutingLayer:
         query[1:, :d], query[1:, d] = self.u, 1.0
         keys = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=dev)
         keys[0, d] = 0.75  # the start token: between off-target scores and 1
-        for j in np.unique(src):
-            to = torch.as_tensor(np.unique(dest[src == j]), device=dev)
-            us = self.u[to]  # (|S|, d)
-            ones = torch.ones(len(us), dtype=torch.float64, device=dev)
-            # u_i . w_S = 1 for i in S
-            keys[j + 1, :d] = torch.linalg.solve(us @ us.T, ones) @ us
+        pairs = np.unique(np.column_stack([src, dest]), axis=0)  # sources' S, sorted
+        if len(pairs):
+            rank = np.arange(len(pairs)) - np.searchsorted(pairs[:, 0], pairs[:, 0])
+            idx = np.zeros((n, rank.max() + 1), np.int64)
+            used = np.zeros(idx.shape, bool)
+            idx[pairs[:, 0], rank], used[pairs[:, 0], rank] = pairs[:, 1], True
+            mask = torch.as_tensor(used, device=dev, dtype=torch.float64)
+            us = self.u[torch.as_tensor(idx, device=dev)] * mask[..., None]
+            # padding rows of the Gram matrix are the identity's, with rhs 0
+            gram = us @ us.transpose(1, 2) + torch.diag_embed(1 - mask)
+            # u_i . w_S = 1 for i in S: one batched solve for all sources
+            coef = torch.linalg.solve(gram, mask)  # (n, |S| padded)
+            keys[1:, :d] = (coef[:, None, :] @ us)[:, 0]
         return query, keys
 
     def forward(self, src: np.ndarray, dest: np.ndarray, msg: np.ndarray) -> RoutingResult:
