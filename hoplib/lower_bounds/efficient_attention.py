@@ -201,7 +201,7 @@ def attention_spec(kind: str, *, n_features: int | None = None, window: int | No
     unused = [name for name, value in given.items() if value is not None and name not in fields]
     if unused:  # a setting silently ignored would make another model than the one asked for
         raise ValueError(f"{unused} are not settings of {kind!r} attention")
-    return spec(**{name: value for name, value in given.items() if name in fields})
+    return spec(**{name: value for name, value in given.items() if name in fields and value is not None})
 
 
 def out_of_reach(task: HopTask, window: int, depths: list[int], *, n_samples: int = 100,
