@@ -45,10 +45,10 @@ def _features(matched: dict[str, Any], depths: list[int]) -> dict[str, Any]:
 
 
 def _grid(matched: dict[str, Any], attentions: list[dict[str, Any]]) -> dict[str, Any]:
-    """The matched task and recipe at depth 3 and half the steps, one model per attention setting: a grid
+    """The matched task and recipe at depth 3 and a quarter of the steps, one model per attention setting: a grid
     cheap enough for a CPU (each point's settings are part of the point and of its records)."""
     kept = {key: value for key, value in matched.items() if key not in _ATTENTION}  # set per point instead
-    return {**kept, "depths": [3], "steps": 2000, "attentions": attentions,
+    return {**kept, "depths": [3], "steps": 1000, "attentions": attentions,
             "kinds": sorted({a["kind"] for a in attentions})}
 
 
