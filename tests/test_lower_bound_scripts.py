@@ -102,3 +102,14 @@ def test_grid_part_trains_the_attention_each_point_names(tmp_path, monkeypatch):
     assert {r["k"] for r in records} == {0, 1, 2} and len(records) == 3 * len(grid)
     with pytest.raises(ValueError, match="exists"):
         script.main(["--out", str(tmp_path), "--part", "longformer_grid"])
+
+
+@pytest.mark.parametrize("part", ["longformer_grid", "performer_grid"])
+def test_stored_grids_were_made_with_the_scripts_cpu_settings(part):
+    folder = ROOT / "results" / "efficient_attention" / "cpu"
+    if (folder / f"{part}.json").exists():
+        params = json.loads((folder / f"{part}.json").read_text())["parameters"]
+    else:  # not finished: the partial file holds the settings it resumes with
+        params = json.loads((folder / f"{part}.partial.json").read_text())["data"]["params"]
+    settings = _script("run_efficient_attention").PROFILES["cpu"][part]
+    assert {key: params[key] for key in settings} == json.loads(json.dumps(settings))
