@@ -201,6 +201,40 @@ def test_performer_with_many_features_approaches_the_softmax_model():
     assert gaps[1] < gaps[0] / 4
 
 
+def test_elu_map_weights_are_causal_rows_of_the_exact_elu_kernel():
+    q, k, _ = _qkv(seed=7)
+    w = attn.elu_attention_weights(q, k)
+    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
+    t = q.shape[-2]
+    for i in (0, 5, t - 1):  # row i: phi(q_i) . phi(k_j) over j <= i, normalised
+        raw = (phi(q[..., i, :]).unsqueeze(-2) * phi(k[..., : i + 1, :])).sum(-1)
+        assert torch.allclose(w[..., i, : i + 1], raw / raw.sum(-1, keepdim=True), atol=1e-6)
+    assert torch.all(w.triu(1) == 0) and torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]))
+
+
+def test_elu_map_is_deterministic_and_has_no_random_features():
+    models = []
+    for seed in (0, 1):  # the same weights, built after different RNG states
+        torch.manual_seed(seed)
+        model = gpt_for_task(TASK, depth=2, d_model=32, heads=2, attention=attn.PerformerAttention(16, "elu"))
+        models.append(model.eval())
+    models[1].load_state_dict(models[0].state_dict())
+    assert not [n for n in models[0].state_dict() if n.endswith("features")]
+    x, _ = TASK.sample(3, seed=8)
+    assert torch.equal(models[0](x), models[1](x)) and torch.equal(models[0](x), models[0](x))
+    torch.manual_seed(0)
+    favor = [gpt_for_task(TASK, depth=2, d_model=32, heads=2, attention=attn.PerformerAttention(16)).eval()
+             for _ in range(2)]
+    favor[1].load_state_dict({**favor[0].state_dict(), **{n: t for n, t in favor[1].state_dict().items()
+                                                          if n.endswith("features")}})
+    assert not torch.equal(favor[0](x), favor[1](x))  # FAVOR+: another draw, another model
+
+
+def test_elu_map_needs_as_many_features_as_the_head_width():
+    with pytest.raises(ValueError, match="d_head = 16"):
+        gpt_for_task(TASK, depth=1, d_model=32, heads=2, attention=attn.PerformerAttention(8, "elu"))
+
+
 def test_performer_features_are_saved():
     torch.manual_seed(4)
     model = gpt_for_task(TASK, depth=2, d_model=32, heads=4, attention=attn.PerformerAttention(8))
@@ -232,7 +266,9 @@ def test_softmax_config_and_state_dict_are_unchanged_by_the_attention_field():
     assert GPTConfig(**old).attention == SoftmaxAttention() and GPTConfig(**old, attention="softmax") == cfg
     assert not [n for n in GPT(cfg).state_dict() if "features" in n]
     perf = GPTConfig(**old, attention=attn.PerformerAttention(n_features=4))
-    assert perf.to_dict()["attention"] == {"name": "performer", "n_features": 4}
+    assert perf.to_dict()["attention"] == {"name": "performer", "n_features": 4, "feature_map": "favor"}
+    before = {**old, "attention": {"name": "performer", "n_features": 4}}  # stored before feature_map existed
+    assert GPTConfig(**before) == perf
     assert GPTConfig(**perf.to_dict()) == perf and perf.attention.name == "performer"
     long = GPTConfig(**old, attention=attn.LongformerAttention(window=2))
     assert GPTConfig(**long.to_dict()) == long and long.attention.global_every is None
@@ -246,6 +282,8 @@ def test_softmax_config_and_state_dict_are_unchanged_by_the_attention_field():
     ("longformer", {"window": 2, "n_features": 3}, ValueError, "n_features"),
     ("softmax", {"n_features": 8}, ValueError, "n_features"),
     ("softmax", {"window": 8}, ValueError, "window"),
+    ("softmax", {"feature_map": "elu"}, ValueError, "feature_map"),
+    ("performer", {"n_features": 4, "feature_map": "relu"}, ValueError, "feature_map"),
 ])
 def test_attention_settings_are_validated(kind, kwargs, error, match):
     with pytest.raises(error, match=match):

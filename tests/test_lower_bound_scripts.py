@@ -115,3 +115,30 @@ def test_a_control_run_names_its_steps_and_alphabets_and_never_overwrites(tmp_pa
     assert {r["alphabet_size"] for r in stored["data"]} == {8}
     with pytest.raises(ValueError, match="exists"):
         script.main(["--out", str(tmp_path), "--part", "alphabet", "--alphabets", "8", "--steps", "2"])
+
+
+def test_grid_part_trains_the_attention_each_point_names(tmp_path, monkeypatch):
+    script = _script("run_efficient_attention")
+    grid = [{"kind": "longformer", "window": 1, "global_every": 4},
+            {"kind": "performer", "n_features": 8, "feature_map": "elu"}, {"kind": "softmax"}]
+    tiny = {**script.PROFILES["cpu"]["longformer_grid"], "seq_len": 12, "max_hops": 2, "widths": [16],
+            "heads": 2, "steps": 2, "warmup_steps": 1, "n_samples": 4, "attentions": grid}
+    monkeypatch.setitem(script.PROFILES["cpu"], "longformer_grid", tiny)
+    path = script.main(["--out", str(tmp_path), "--part", "longformer_grid"])
+    records = json.loads(path.read_text())["data"]
+    firsts = [next(r for r in records if r["kind"] == a["kind"]) for a in grid]
+    assert [{key: r[key] for key in a} for r, a in zip(firsts, grid, strict=True)] == grid
+    assert {r["k"] for r in records} == {0, 1, 2} and len(records) == 3 * len(grid)
+    with pytest.raises(ValueError, match="exists"):
+        script.main(["--out", str(tmp_path), "--part", "longformer_grid"])
+
+
+@pytest.mark.parametrize("part", ["longformer_grid", "performer_grid"])
+def test_stored_grids_were_made_with_the_scripts_cpu_settings(part):
+    folder = ROOT / "results" / "efficient_attention" / "cpu"
+    if (folder / f"{part}.json").exists():
+        params = json.loads((folder / f"{part}.json").read_text())["parameters"]
+    else:  # not finished: the partial file holds the settings it resumes with
+        params = json.loads((folder / f"{part}.partial.json").read_text())["data"]["params"]
+    settings = _script("run_efficient_attention").PROFILES["cpu"][part]
+    assert {key: params[key] for key in settings} == json.loads(json.dumps(settings))

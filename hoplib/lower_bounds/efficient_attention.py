@@ -65,6 +65,16 @@ def kernel_attention_weights(q: torch.Tensor, k: torch.Tensor, features: torch.T
         return raw / raw.sum(-1, keepdim=True)
 
 
+def elu_attention_weights(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Causal kernel attention weights (..., T, T) with the deterministic map phi(x) = elu(x) + 1 of linear
+    attention (m' = d, no random features, the kernel computed exactly), rows summing to 1."""
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        fq, fk = F.elu(q.float()) + 1, F.elu(k.float()) + 1
+        causal = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool, device=q.device).tril()
+        raw = (fq @ fk.transpose(-2, -1)).masked_fill(~causal, 0.0)
+        return raw / raw.sum(-1, keepdim=True)
+
+
 def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor,
                             state: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                             ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -109,15 +119,21 @@ def masked_softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor)
 
 # --------------------------------------------------------------------------- the attentions of a GPT layer
 class PerformerSelfAttention(CausalSelfAttention):
-    """Causal FAVOR+ attention; its projection ``features`` (m' x d_head, shared by the heads) is a buffer."""
+    """Causal FAVOR+ attention; its projection ``features`` (m' x d_head, shared by the heads) is a buffer
+    (None for the deterministic map "elu", :func:`elu_attention_weights`)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
-        self.register_buffer("features", orthogonal_features(cfg.attention.n_features, cfg.d_model // cfg.heads))
+        m, d_head = cfg.attention.n_features, cfg.d_model // cfg.heads
+        if cfg.attention.feature_map == "elu" and m != d_head:
+            raise ValueError(f"the elu map has m' = d_head = {d_head} features, not {m}")
+        self.register_buffer("features", orthogonal_features(m, d_head) if cfg.attention.feature_map == "favor"
+                             else None)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        att = kernel_attention_weights(q, k, self.features)
+        att = (elu_attention_weights(q, k) if self.features is None
+               else kernel_attention_weights(q, k, self.features))
         y = F.dropout(att, self.dropout, self.training).to(v.dtype) @ v
         return y, (att if need_weights else None)
 
@@ -142,14 +158,17 @@ class LongformerSelfAttention(CausalSelfAttention):
 @register_attention
 @dataclass(frozen=True)
 class PerformerAttention(AttentionSpec):
-    """FAVOR+ kernel attention with ``n_features`` = m' random features (Corollary 5.3)."""
+    """Kernel attention with ``n_features`` = m' features (Corollary 5.3): FAVOR+'s random ones, or with
+    ``feature_map="elu"`` the deterministic elu(x) + 1 (then m' must be the head width)."""
 
     n_features: int
+    feature_map: str = "favor"
     name: ClassVar[str] = "performer"
 
     def __post_init__(self) -> None:  # no features: every weight 0/0, a NaN model
-        if self.n_features < 1:
-            raise ValueError(f"n_features must be at least 1, got {self.n_features}")
+        if self.n_features < 1 or self.feature_map not in ("favor", "elu"):
+            raise ValueError(f"need n_features >= 1 and feature_map 'favor' or 'elu', got "
+                             f"{self.n_features}, {self.feature_map!r}")
 
     def build(self, config: GPTConfig) -> PerformerSelfAttention:
         return PerformerSelfAttention(config)
@@ -174,15 +193,15 @@ class LongformerAttention(AttentionSpec):
 
 
 def attention_spec(kind: str, *, n_features: int | None = None, window: int | None = None,
-                   global_every: int | None = None) -> AttentionSpec:
+                   global_every: int | None = None, feature_map: str | None = None) -> AttentionSpec:
     """The attention of ``kind`` (one of :data:`KINDS`) with its settings."""
     spec = ATTENTIONS[kind]
     fields = {f.name for f in dataclasses.fields(spec)}
-    given = {"n_features": n_features, "window": window, "global_every": global_every}
+    given = {"n_features": n_features, "window": window, "global_every": global_every, "feature_map": feature_map}
     unused = [name for name, value in given.items() if value is not None and name not in fields]
     if unused:  # a setting silently ignored would make another model than the one asked for
         raise ValueError(f"{unused} are not settings of {kind!r} attention")
-    return spec(**{name: value for name, value in given.items() if name in fields})
+    return spec(**{name: value for name, value in given.items() if name in fields and value is not None})
 
 
 def out_of_reach(task: HopTask, window: int, depths: list[int], *, n_samples: int = 100,
