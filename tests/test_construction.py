@@ -339,14 +339,11 @@ def test_weight_builders_reject_mismatched_subspaces():
 
 # --------------------------------------------------------------------------- the stored runs' command
 def test_run_construction_writes_a_results_file_and_keeps_an_existing_one(tmp_path):
-    import importlib.util
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "run_construction.py"
-    spec = importlib.util.spec_from_file_location("run_construction", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from _scripts import load_script
+
+    script = load_script("run_construction")
     out = tmp_path / "precision.json"
     script.main(["precision", "--ns", "16", "--total-letters", "64", "--out", str(out)])
     rec = json.loads(out.read_text())

@@ -51,14 +51,11 @@ def test_wide_tokens_still_fit_the_memory_bound():
 
 
 def test_run_mpc_layer_regime_writes_keeps_and_resumes(tmp_path):
-    import importlib.util
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "run_mpc.py"
-    spec = importlib.util.spec_from_file_location("run_mpc", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from _scripts import load_script
+
+    script = load_script("run_mpc")
     out = tmp_path / "regime.json"
     script.main(["layer-regime", "--ns", "64,128", "--deltas", "0.9", "--out", str(out)])
     rec = json.loads(out.read_text())
