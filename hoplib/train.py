@@ -349,9 +349,10 @@ def _step_forward(model: nn.Module, compile: bool | str, first_ids: torch.Tensor
     per step); a GPT's ids are checked once instead, on ``first_ids``, the stream's first batch."""
     if hasattr(model, "forward_unchecked"):
         check_ids(first_ids, model.config.vocab_size, model.config.n_positions)
+    forward = getattr(model, "forward_unchecked", model)
     if not compile:
-        return getattr(model, "forward_unchecked", model)
-    return torch.compile(model, mode=None if compile is True else compile)  # no step keeps a graph's outputs
+        return forward
+    return torch.compile(forward, mode=None if compile is True else compile)  # no step keeps a graph's outputs
 
 
 def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
