@@ -3,27 +3,17 @@ RNN and efficient-attention chapters, and of the alphabet sweep they share (hopl
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from _scripts import load_script as _script
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"alphabets": [4, 8], "kinds": ["gru", "transformer"], "depth": 1, "widths": [8], "lrs": [3e-3],
         "steps": 3, "batch_size": 4, "warmup_steps": 1, "heads": 2, "n_samples": 4}
 
 
-def _script(name: str):
-    sys.path.insert(0, str(ROOT / "scripts"))  # run_efficient_attention imports run_rnn
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
 
 
 def _stored(chapter: str, name: str) -> dict:

@@ -3,7 +3,6 @@ fails on the code before the fix."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _scripts import load_script as _script
 
 from hoplib import report, train
 from hoplib._book.results import atomic_write_text, load_stored, save_results
@@ -36,11 +36,6 @@ def _strict_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --------------------------------------------------------------------------- 1. "complete" must be a boolean
