@@ -7,6 +7,9 @@
     python scripts/run_rnn.py --part state_lr --out results               # k = 1, |Sigma| = N/4: the learning
     python scripts/run_rnn.py --part state --seed S --out results         # rate of each family, then width
                                                                           # against N with that rate
+    python scripts/run_rnn.py --part equal_lr --workers 2 --out results   # the medium task (N = 64, k <= 8):
+    python scripts/run_rnn.py --part equal --seed S --out results         # every family's rate at depth 2,
+                                                                          # then depths 2-4 with it, per seed
 
 writes ``<out>/rnn/<profile>/<part>[_seed<s>].json`` (a ``.partial.json`` beside it keeps the models finished
 so far). ``--profile paper`` is the GPU-scale grid, not run for the book.
@@ -48,6 +51,12 @@ STATE = {"lengths": [16, 32, 64], "letters_per_position": 0.25, "kinds": ["gru",
 """The state-size sweep: k = 1 with |Sigma| = N/4; the recurrent families at each width, the transformer at
 one; each family's learning rate is the best of ``lrs`` on seed 0 at the reference (N, width)."""
 
+EQUAL = {**matched_settings("medium", ["gru", "lstm", "mamba", "transformer"], [2, 3, 4]),
+         "lrs": [1e-3, 3e-3], "reference_depth": 2}
+"""The equal-tuning run: the training chapter's medium task and recipe for all four families; each family's
+learning rate is the best of ``lrs`` on seed 0 at ``reference_depth`` (part equal_lr), then every family is
+trained at depths 2-4 with its rate on the same seeds (part equal, one file per seed)."""
+
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}}
     "cpu": {"training": {"seq_len": 32, "max_hops": 4, "kinds": ["gru", "lstm", "mamba", "transformer"],
                          "depths": [1, 2, 3, 4], "widths": [64], "steps": 4000, "lrs": [1e-3, 3e-3],
@@ -57,7 +66,9 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}
                          "depth": 2, "widths": [16, 32, 64], "lrs": [1e-3, 3e-3], "steps": 2000,
                          "batch_size": 32, "warmup_steps": 100, "heads": HEADS, "n_samples": 200},
             "state": STATE,
-            "state_lr": STATE},
+            "state_lr": STATE,
+            "equal": EQUAL,
+            "equal_lr": EQUAL},
     "paper": {"training": {"seq_len": 100, "max_hops": 16, "kinds": ["gru", "lstm", "mamba", "transformer"],
                            "depths": [1, 2, 3, 4, 5, 6], "widths": [64, 128], "steps": 20_000,
                            "lrs": [3e-4, 1e-3], "warmup_steps": 1000, "n_samples": 100},
@@ -116,6 +127,17 @@ def state_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
     return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
 
 
+def equal_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """Every family with every learning rate at the reference depth."""
+    return depth_sweep({**s, "depths": [s["reference_depth"]]}, seed=seed, device=device)
+
+
+def equal_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """Every family at every depth with its chosen rate (``s["lr_by_kind"]``)."""
+    points, job = depth_sweep({**s, "lrs": [None]}, seed=seed, device=device)
+    return [p | {"lr": s["lr_by_kind"][p["kind"]]} for p in points], job
+
+
 def depth_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The points and the job of a depth part (training, matched)."""
     task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
@@ -138,7 +160,8 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
     """Train the points of ``args.part`` (the alphabet sweep, or ``depth``'s) with the one sweep runner and
     store their records at ``path``."""
     device = params["device"]
-    make = {"alphabet": alphabet_sweep, "state": state_sweep, "state_lr": state_lr_sweep}.get(args.part, depth)
+    make = {"alphabet": alphabet_sweep, "state": state_sweep, "state_lr": state_lr_sweep,
+            "equal_lr": equal_lr_sweep, "equal": equal_sweep}.get(args.part, depth)
     points, job = make(s, seed=args.seed, device=device)
     run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
               executor=executor_from_args(args))
@@ -146,7 +169,8 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
 
 
 def main(argv: list[str] | None = None) -> Path:
-    args = sweep_parser(__doc__, PROFILES, ("training", "matched", "alphabet", "state", "state_lr")).parse_args(argv)
+    parts = ("training", "matched", "alphabet", "state", "state_lr", "equal", "equal_lr")
+    args = sweep_parser(__doc__, PROFILES, parts).parse_args(argv)
     device = run_device(args)
     s = dict(PROFILES[args.profile][args.part])
     path = Path(args.out) / "rnn" / args.profile / (args.part + (f"_seed{args.seed}" if args.seed else "") + ".json")
@@ -156,7 +180,13 @@ def main(argv: list[str] | None = None) -> Path:
 
         lr_run = path.with_name("state_lr.json")
         s["lr_by_kind"] = chosen_lrs(load_stored(str(lr_run.relative_to(args.out)), root=args.out).data)
-    if args.part not in ("alphabet", "state", "state_lr"):
+    if args.part == "equal":  # each family's rate of lowest mean error over k >= 1, from equal_lr (seed 0)
+        from hoplib._book.results import load_stored
+
+        lr_run = path.with_name("equal_lr.json")
+        stored = load_stored(str(lr_run.relative_to(args.out)), root=args.out).data
+        s["lr_by_kind"] = {r["kind"]: r["lr"] for r in sweep.best_lr(stored)}  # one depth: one rate a kind
+    if args.part not in ("alphabet", "state", "state_lr"):  # depth parts: four letters
         params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
     return run_part(args, s, path, params, depth_sweep)
 
