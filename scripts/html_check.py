@@ -8,7 +8,9 @@ on text that Sphinx or myst-nb left unrendered:
 - MyST roles and directives shown as text: ``{glue``, ``{prf:``, ``{cite``, ``{ref}``, ``{doc}``, ``{numref}``;
 - ``??``, which Sphinx prints for a cross reference it could not resolve;
 - a figure without a caption: every image on a chapter page must sit in a ``<figure>`` with a
-  ``<figcaption>`` (glued figures, ``{glue:figure}``), so no figure reaches the reader unexplained.
+  ``<figcaption>`` (glued figures, ``{glue:figure}``), so no figure reaches the reader unexplained;
+- a printed cell output line over ``MAX_COLUMNS`` characters: at 1280 px the code column holds about 84, so a
+  wider line needs a scrollbar and its end is cut off (code cells are checked in the sources by the tests).
 
 Code blocks, cell inputs and printed cell outputs (``<pre>``), and math are not scanned for text defects.
 """
@@ -27,6 +29,7 @@ _MATH_CLASSES = {"math", "MathJax", "MathJax_Preview", "MathJax_Display", "katex
 _ROLES = re.compile(r"\{(glue|glue:text|glue:figure|prf:[a-z]+|cite(:[a-z]+)?|ref|doc|numref|eq)\}|\{glue")
 _TABLE_RULE = re.compile(r"\|\s*:?-{3,}:?\s*\|")
 _PAGES_WITHOUT_FIGURE_RULE = {"search.html", "genindex.html"}
+MAX_COLUMNS = 84
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,17 @@ def _figure_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
     return out
 
 
+def _output_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
+    out = []
+    for cell_output in soup.select("div.cell_output"):
+        for pre in cell_output.find_all("pre"):
+            if "pre-wrap" in str(pre.get("style", "")):
+                continue  # wraps at the page's width (provenance blocks)
+            out += [Defect(page, f"output line over {MAX_COLUMNS} characters", line)
+                    for line in pre.get_text().splitlines() if len(line) > MAX_COLUMNS]
+    return out
+
+
 def check_page(path: str | Path, root: str | Path | None = None) -> list[Defect]:
     """The rendering defects of one built HTML page."""
     path = Path(path)
@@ -92,7 +106,7 @@ def check_page(path: str | Path, root: str | Path | None = None) -> list[Defect]
         raise FileNotFoundError(f"no HTML page at {path}")
     page = str(path.relative_to(root)) if root is not None else path.name
     soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
-    defects = _text_defects(soup, page)
+    defects = _text_defects(soup, page) + _output_defects(soup, page)
     if path.name not in _PAGES_WITHOUT_FIGURE_RULE:
         defects += _figure_defects(soup, page)
     return defects

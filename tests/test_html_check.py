@@ -39,10 +39,18 @@ def test_a_clean_page_has_no_defects(tmp_path):
     ("<p>see <a href='#'>??</a></p>", "unresolved reference ??"),
     ("<div class='cell_output'><img src='b.png'/></div>", "figure without a caption"),
     ("<figure><img src='c.png'/><figcaption></figcaption></figure>", "figure without a caption"),
+    ("<div class='cell_output'><pre>" + "x" * 85 + "</pre></div>", "output line over 84 characters"),
 ])
 def test_each_kind_of_defect_is_found(tmp_path, snippet, kind):
     page = _page(tmp_path, GOOD.replace("</main>", snippet + "</main>"))
     assert [d.kind for d in html_check.check_page(page)] == [kind]
+
+
+def test_an_output_line_of_84_characters_fits(tmp_path):
+    page = _page(tmp_path, GOOD.replace("</main>", f"<div class='cell_output'><pre>{'x' * 84}</pre></div></main>"))
+    assert html_check.check_page(page) == []
+    wrapped = f"<div class='cell_output'><pre style='white-space: pre-wrap'>{'x' * 200}</pre></div>"
+    assert html_check.check_page(_page(tmp_path, GOOD.replace("</main>", wrapped + "</main>"))) == []
 
 
 def test_check_book_scans_every_page_and_main_exits_1_on_defects(tmp_path, capsys):

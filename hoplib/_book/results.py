@@ -148,12 +148,14 @@ class Stored:
             parts.append(f"{wall / 60:.1f} min" if wall >= 60 else f"{wall:.1f} s")
         return ", ".join(parts)
 
+    WRAP = "white-space: pre-wrap; overflow-wrap: anywhere"  # long hashes wrap instead of scrolling
+
     def provenance_html(self, summary: str = "Provenance") -> str:
         """A collapsed ``<details>`` block naming the file and its provenance, for ``IPython.display.HTML``."""
         prov = json.dumps(self.record["provenance"], indent=1, sort_keys=True, default=str)
         return (f"<details><summary>{html.escape(summary)}: {html.escape(self.origin)}</summary>"
                 f"<p>stored file <code>results/{html.escape(self.name)}</code></p>"
-                f"<pre>{html.escape(prov)}</pre></details>")
+                f"<pre style='{self.WRAP}'>{html.escape(prov)}</pre></details>")
 
     _repr_html_ = provenance_html
 
