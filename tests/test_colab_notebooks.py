@@ -308,3 +308,15 @@ def test_a_literalinclude_becomes_the_code_it_names(tmp_path):
     assert whole.startswith("```python\nimport os") and whole.endswith("return 2\n```")
     with pytest.raises(ValueError, match="no 'h'"):
         colab_markdown.convert_text("```{literalinclude} ../lib.py\n:pyobject: h\n```", chapter)
+
+
+def test_build_outputs_reach_the_notebook_cells_around_the_left_out_solutions(demo):
+    run = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in ("x = 1", "answer = x + 1")])
+    for i, cell in enumerate(run.cells):
+        cell.outputs = [nbformat.v4.new_output("stream", text=f"out {i}\n")]
+    filled = notebooks.with_outputs(demo, run)
+    code = {c.source: c.outputs for c in filled.cells if c.cell_type == "code"}
+    assert code["x = 1"][0]["text"] == "out 0\n", "matched by source past the solution's cell"
+    assert "answer = x + 1" not in code and code["# Your answer here\n"] == []
+    stale = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 2")])
+    assert all(not c.get("outputs") for c in notebooks.with_outputs(demo, stale).cells), "no partial copies"
