@@ -10,13 +10,13 @@
 # change.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 start=$(date +%s)
-stamp=$(find hoplib results requirements.txt -type f -not -path "*/__pycache__/*" | sort | xargs cat | sha1sum \
-        | cut -c1-16)
+stamp=$(book_stamp)
 if [ "$(cat _build/.hoplib-stamp 2>/dev/null)" != "$stamp" ]; then
   rm -rf _build/.jupyter_cache _build/.doctrees  # re-read and re-execute every page
   mkdir -p _build && echo "$stamp" > _build/.hoplib-stamp  # a failed build keeps the pages it executed
 fi
-jupyter-book build . -W -n --keep-going "$@"
+# the student edition: no exercise solutions or lab answer keys (scripts/build_instructor.sh shows them)
+HOPLIB_EDITION=student jupyter-book build . -W -n --keep-going "$@"
 python scripts/notebooks.py sync --from-build
 python scripts/html_check.py _build/html
 echo "book built in $(( $(date +%s) - start )) s: open _build/html/index.html"

@@ -6,14 +6,16 @@ targets, ``{glue:text}`` values, ``{glue:figure}`` blocks, exercises and solutio
 ``_config.yml``. :func:`convert_cells` rewrites the Markdown cells of a chapter notebook:
 
 - prf boxes and admonitions become block quotes with a bold title (``> **Theorem 4.2 of the paper (...).** ...``);
-  exercises become a bold "Exercise" block quote and solutions a collapsed HTML ``<details>`` block; the code
-  cells of a gated solution (``solution-start`` ... ``solution-end``) stay code cells, collapsed, after a note;
+  exercises become a bold "Exercise" block quote; solutions are left out, text and code cells of a gated
+  solution (``solution-start`` ... ``solution-end``) alike: the notebooks are the student edition, and the
+  answers are in the instructor edition (``scripts/build_instructor.sh``);
 - citations become author-year text read from ``references.bib``; cross references become text, linked to the
   web book (GitHub Pages of ``repository.url``) when the target is in another page;
 - ``{glue:text}`name``` becomes the value the executed book build glued (:func:`glued_values` reads it from
   myst-nb's executed notebook; the committed notebook keeps it in its metadata), and a ``{glue:figure}`` block
   its caption in italics (the figure is the output of the cell that draws it);
-- every exercise is followed by an empty code cell for the student's answer;
+- every exercise is followed by an empty code cell for the student's answer (a lab step brings its own, a code
+  cell tagged ``lab-answer``, which is kept instead);
 - the macros of ``sphinx.config.mathjax3_config`` are expanded.
 
 Anything it cannot resolve (an unknown citation key, reference target or glued value) raises ``ValueError``: the
@@ -373,7 +375,7 @@ def render_directive(name: str, arg: str, options: dict[str, str], body: str, ch
     if name in ("exercise", "exercise-start"):
         return quote(f"Exercise ({arg})" if arg else "Exercise", body) + f"\n\n{STUDENT}"
     if name == "solution":
-        return details("Solution", body)
+        return ""  # the student edition: answers only in the instructor edition
     if name in ("glue:figure", "glue", "glue:any", "glue:math", "glue:md", "figure"):
         caption = " ".join(body.split())
         shown = f"*Figure above: {caption}*" if caption and "*" not in caption else caption
@@ -398,15 +400,15 @@ def render_directive(name: str, arg: str, options: dict[str, str], body: str, ch
 
 # ------------------------------------------------------------------------------------------------------- cells
 def convert_text(text: str, chapter: Chapter, top: bool = True) -> str:
-    """Convert one Markdown cell (or a directive's content when ``top`` is false)."""
+    """Convert one Markdown cell (or a directive's content when ``top`` is false). What lies between
+    ``solution-start`` and ``solution-end`` is left out (``chapter.in_solution`` carries it across cells)."""
     lines = text.split("\n")
     out: list[str] = []
-    solution: list[str] | None = [] if (top and chapter.in_solution) else None
-    summary = "Solution (continued)"
     run: list[str] = []
 
     def emit(piece: str) -> None:
-        (solution if solution is not None else out).append(piece)
+        if not (top and chapter.in_solution):
+            out.append(piece)
 
     def flush() -> None:
         if run:
@@ -421,13 +423,9 @@ def convert_text(text: str, chapter: Chapter, top: bool = True) -> str:
             end = find_close(lines, i, m["fence"])
             options, content = split_options(lines[i + 1:end])
             name = m["name"]
-            if top and name == "solution-start":
-                solution, summary, chapter.in_solution = [], "Solution", True
-            elif top and name == "solution-end":
-                if solution is not None and "".join(solution).strip():
-                    out.append(details(summary, "\n".join(solution)))
-                solution, chapter.in_solution = None, False
-            else:
+            if top and name in ("solution-start", "solution-end"):
+                chapter.in_solution = name == "solution-start"
+            elif not (top and chapter.in_solution):
                 body = convert_text("\n".join(content), chapter, top=False)
                 emit(render_directive(name, m["arg"], options, body, chapter))
             i = end + 1
@@ -443,40 +441,32 @@ def convert_text(text: str, chapter: Chapter, top: bool = True) -> str:
             run.append(line)
             i += 1
     flush()
-    if solution is not None and "".join(solution).strip():
-        out.append(details(summary, "\n".join(solution)))
     result = expand_macros("\n".join(out), chapter.book.macros) if top else "\n".join(out)
     return re.sub(r"\n{3,}", "\n\n", result).strip("\n")
 
 
-SOLUTION_NOTE = ("*Solution (code): the collapsed code cell below. Try the exercise first; the cell runs with the "
-                 "others either way.*")
-
-
 def convert_cells(cells: list, doc: str, book: Book, values: dict[str, str] | None = None) -> None:
     """Convert the Markdown cells of a chapter notebook in place: plain Markdown, glued ``values`` filled in, an
-    empty code cell after every exercise, and the code cells of solutions collapsed."""
+    empty code cell after every exercise (unless a lab step's ``lab-answer`` cell follows it), and every
+    solution, its code cells included, left out."""
     import nbformat
 
     chapter = Chapter(doc, book, values=dict(values or {}))
     out = []
-    for cell in cells:
+    for i, cell in enumerate(cells):
         if cell.cell_type == "markdown":
             cell.source = convert_text(cell.source, chapter)
             first, *rest = cell.source.split(STUDENT)
             cell.source = first.strip("\n")
             out.append(cell)
-            for piece in rest:
-                answer = nbformat.v4.new_code_cell("# Your answer here\n")
-                answer.metadata["tags"] = ["exercise-answer"]
-                out += [answer, nbformat.v4.new_markdown_cell(piece.strip("\n"))]
-        elif cell.cell_type == "code" and chapter.in_solution:
-            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
-            cell.metadata["cellView"] = "form"  # Colab shows a collapsed "Show code" cell
-            before = out[-1] if out else None
-            if before is not None and before.cell_type == "markdown" and SOLUTION_NOTE not in before.source:
-                before.source = f"{before.source}\n\n{SOLUTION_NOTE}".lstrip("\n")
-            out.append(cell)
-        else:
+            after = cells[i + 1] if i + 1 < len(cells) else None
+            own = after is not None and "lab-answer" in after.metadata.get("tags", [])
+            for j, piece in enumerate(rest):
+                if not (own and j == len(rest) - 1 and not piece.strip()):
+                    answer = nbformat.v4.new_code_cell("# Your answer here\n")
+                    answer.metadata["tags"] = ["exercise-answer"]
+                    out.append(answer)
+                out.append(nbformat.v4.new_markdown_cell(piece.strip("\n")))
+        elif not (cell.cell_type == "code" and chapter.in_solution):
             out.append(cell)
     cells[:] = out

@@ -18,3 +18,8 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 export PYTHONHASHSEED=0
+
+# What the execution cache depends on besides the chapters' code: hoplib, results/ and the requirements.
+book_stamp() {
+  find hoplib results requirements.txt -type f -not -path "*/__pycache__/*" | sort | xargs cat | sha1sum | cut -c1-16
+}

@@ -11,7 +11,7 @@ chapter ran: a failure prints one line (the failing cell and exception) and the 
 
 The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in three
 ways. Their Markdown is converted to plain Markdown that Jupyter and Colab render (``colab_markdown.py``: prf
-boxes and exercises as block quotes, an empty cell after each exercise, solutions collapsed, citations and
+boxes and exercises as block quotes, an empty cell after each exercise, solutions left out, citations and
 cross references as text, math macros expanded). Their prose carries the glued values of the executed book
 build (``sync --from-build``, run by ``scripts/build.sh`` after the build; a plain ``sync`` keeps the values
 stored in the notebook's metadata). And they have a first code cell, built from ``repository`` in
@@ -166,11 +166,14 @@ def _chapter_code(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
 
 
 def with_outputs(nb: nbformat.NotebookNode, run: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of ``nb`` whose chapter code cells carry the outputs of the executed build ``run``."""
+    """A copy of ``nb`` whose chapter code cells carry the outputs of the executed build ``run``. The notebook
+    leaves out the solutions' code cells, so its cells are matched, in order, to the run's cells of equal source;
+    unless every one of them finds its match, no outputs are copied."""
     nb = nbformat.from_dict(nb)
-    ours, theirs = _chapter_code(nb), [c for c in run.cells if c.cell_type == "code"]
-    if len(ours) == len(theirs):
-        for cell, done in zip(ours, theirs, strict=True):
+    theirs = iter([c for c in run.cells if c.cell_type == "code"])
+    pairs = [(cell, next((d for d in theirs if d.source == cell.source), None)) for cell in _chapter_code(nb)]
+    if all(done is not None for _, done in pairs):
+        for cell, done in pairs:
             cell.outputs = [o for o in done.outputs if "scrapbook" not in o.get("metadata", {})]  # glued values
             cell.execution_count = done.get("execution_count")
     return nb

@@ -55,17 +55,37 @@ def test_generated_notebook_markdown_has_no_myst_syntax(md):
     assert body.count("<details>") == body.count("</details>"), "every collapsed solution is closed"
 
 
+def solution_parts(md: Path) -> tuple[list[str], list[str]]:
+    """The code cells of a chapter's gated solutions, and the text of its solution directives."""
+    import jupytext
+
+    code, inside = [], False
+    for cell in jupytext.read(md, fmt="md:myst").cells:
+        if cell.cell_type == "markdown":
+            for name, *_ in colab_markdown.iter_directives(cell.source):
+                inside = {"solution-start": True, "solution-end": False}.get(name, inside)
+        elif inside:
+            code.append(cell.source)
+    text = [body for name, _, _, body in colab_markdown.iter_directives(md.read_text(encoding="utf-8"))
+            if name == "solution"]
+    return code, text
+
+
 @pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
-def test_every_exercise_keeps_a_collapsed_solution(md):
+def test_every_exercise_has_a_student_cell_and_no_solution(md):
     source = md.read_text(encoding="utf-8")
     nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert text.count("> **Exercise") == source.count("{exercise}")
-    answers = [c for c in nb.cells if "exercise-answer" in c.metadata.get("tags", [])]
-    assert len(answers) == source.count("{exercise}"), "every exercise keeps an empty cell for the student"
-    solutions = source.count("{solution}") + source.count("{solution-start}")
-    assert text.count("<summary>Solution</summary>") + text.count(colab_markdown.SOLUTION_NOTE) >= solutions
-    assert "{solution" not in text
+    answers = [c for c in nb.cells if {"exercise-answer", "lab-answer"} & set(c.metadata.get("tags", []))]
+    assert len(answers) == source.count("{exercise}"), "every exercise keeps one empty cell for the student"
+    code, prose = solution_parts(md)
+    assert code or prose, "the chapter's solutions were found"
+    shown = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert not [c for c in code if c in shown], "a solution's code cell is in the Colab notebook"
+    first_lines = [b.strip().splitlines()[0][:60] for b in prose]
+    assert not [f for f in first_lines if f in text], "a solution's text is in the Colab notebook"
+    assert "Solution" not in text
 
 
 def write_book(root: Path, repository: str = "https://github.com/Owner/demo-book") -> Path:
@@ -175,7 +195,7 @@ def test_demo_chapter_citations_references_glue_and_macros_become_plain_text(dem
     assert "(chap-main)=" not in text and text.startswith("# Main")
 
 
-def test_demo_chapter_boxes_exercises_and_solutions_render_as_quotes_and_details(demo):
+def test_demo_chapter_boxes_and_exercises_render_as_quotes_and_solutions_are_left_out(demo):
     md = [c.source for c in demo.cells if c.cell_type == "markdown"]
     text = "\n\n".join(md)
     assert "> **Theorem 4.2 of the paper (Log-depth construction).** For every $k$, depth" in text
@@ -186,14 +206,52 @@ def test_demo_chapter_boxes_exercises_and_solutions_render_as_quotes_and_details
     assert "> **Exercise.** Use the figure above." in text
     answer = next(i for i, c in enumerate(demo.cells) if "exercise-answer" in c.metadata.get("tags", []))
     assert demo.cells[answer - 1].source.endswith("> **Exercise.** Use the figure above."), "a cell for the student"
-    assert "<details>\n<summary>Solution</summary>\n\nExplanation before the code.\n\n</details>" in text
+    assert "Explanation before the code." not in text and "Solution" not in text, "the solution is left out"
     code = [c for c in demo.cells if c.cell_type == "code" and "colab-install" not in c.metadata.get("tags", [])]
-    assert [c.source for c in code] == ["x = 1", "# Your answer here\n", "answer = x + 1"]
-    assert code[2].metadata["jupyter"]["source_hidden"] and code[2].metadata["cellView"] == "form"
-    assert "jupyter" not in code[0].metadata, "only solution code is collapsed"
-    before = demo.cells[demo.cells.index(code[2]) - 1]
-    assert before.cell_type == "markdown" and before.source.endswith(colab_markdown.SOLUTION_NOTE)
-    assert md[-1] == "After the exercise.", "the text after solution-end is not collapsed"
+    assert [c.source for c in code] == ["x = 1", "# Your answer here\n"], "and so is its code cell"
+    assert md[-1] == "After the exercise.", "the text after solution-end is kept"
+
+
+LAB_STEP = """\
+
+## Lab: a demo
+
+````{exercise} ★ · 5 min · Lab step 1: add
+:label: lab-demo-add
+
+Write `add`.
+````
+
+```{code-cell} ipython3
+:tags: [lab-answer]
+
+# Step 1: write add(a, b) here
+```
+
+````{solution-start} lab-demo-add
+:class: dropdown
+````
+
+```{code-cell} ipython3
+def add(a, b):
+    return a + b
+```
+
+````{solution-end}
+````
+"""
+
+
+def test_a_lab_step_keeps_its_own_student_cell_and_loses_its_answer_key(tmp_path, monkeypatch):
+    main = write_book(tmp_path)
+    main.write_text(DEMO_CHAPTER + LAB_STEP)
+    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
+    monkeypatch.setattr(notebooks, "CHAPTERS", tmp_path / "chapters")
+    nb = notebooks.to_notebook(main, {"share_1": "0.25"})
+    code = [c.source for c in nb.cells if c.cell_type == "code"][1:]  # after the install cell
+    assert code == ["x = 1", "# Your answer here\n", "# Step 1: write add(a, b) here"]
+    assert "> **Exercise (★ · 5 min · Lab step 1: add).** Write `add`." in "\n".join(
+        c.source for c in nb.cells if c.cell_type == "markdown")
 
 
 def test_figure_caption_in_italics_and_unknown_keys_fail(tmp_path):
@@ -250,3 +308,15 @@ def test_a_literalinclude_becomes_the_code_it_names(tmp_path):
     assert whole.startswith("```python\nimport os") and whole.endswith("return 2\n```")
     with pytest.raises(ValueError, match="no 'h'"):
         colab_markdown.convert_text("```{literalinclude} ../lib.py\n:pyobject: h\n```", chapter)
+
+
+def test_build_outputs_reach_the_notebook_cells_around_the_left_out_solutions(demo):
+    run = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in ("x = 1", "answer = x + 1")])
+    for i, cell in enumerate(run.cells):
+        cell.outputs = [nbformat.v4.new_output("stream", text=f"out {i}\n")]
+    filled = notebooks.with_outputs(demo, run)
+    code = {c.source: c.outputs for c in filled.cells if c.cell_type == "code"}
+    assert code["x = 1"][0]["text"] == "out 0\n", "matched by source past the solution's cell"
+    assert "answer = x + 1" not in code and code["# Your answer here\n"] == []
+    stale = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 2")])
+    assert all(not c.get("outputs") for c in notebooks.with_outputs(demo, stale).cells), "no partial copies"

@@ -215,3 +215,145 @@ def test_gnn_checkers_accept_right_and_reject_wrong_answers():
     assert not ex.check_reach_layer(one_way).passed
     assert ex.check_squarings(lambda family, d: math.ceil(math.log2(d))).passed
     assert not ex.check_squarings(lambda family, d: math.floor(math.log2(d))).passed
+
+
+# ------------------------------------------------------------------------------------------------------ the labs
+LAB_CHAPTERS = ("hop_task", "construction", "mpc", "rnn")  # one per part of the book
+
+
+def lab_steps(chapter: str) -> list[tuple[str, str, str]]:
+    """(step text, the student's cell, the solution's code) of each step of a chapter's lab."""
+    cells = jupytext.read(ROOT / "chapters" / f"{chapter}.md", fmt="md:myst").cells
+    steps = []
+    for i, cell in enumerate(cells):
+        if "lab-answer" in cell.metadata.get("tags", []):
+            before, after, solution = cells[i - 1], cells[i + 1], cells[i + 2]
+            assert "{exercise}" in before.source and "{solution-start}" in after.source
+            steps.append((before.source.rsplit("{exercise}", 1)[1], cell.source, solution.source))
+    return steps
+
+
+def test_teaching_page_lists_one_lab_per_part_with_its_minutes(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    for cell in jupytext.read(ROOT / "teaching.md", fmt="md:myst").cells:
+        if cell.cell_type == "code":
+            exec(compile(cell.source, "teaching.md", "exec"), namespace)  # noqa: S102
+    labs = namespace["labs"]
+    assert list(labs["chapter"]) == list(LAB_CHAPTERS)
+    assert len(set(labs["part"])) == 4
+    for row in labs.itertuples():
+        text = (ROOT / "chapters" / f"{row.chapter}.md").read_text()
+        assert f"\n## Lab: {row.lab}\n" in text
+        minutes = [int(m) for m in re.findall(r"· (\d+) min · Lab step", text)]
+        assert row.minutes == sum(minutes) >= 30 and len(minutes) == len(lab_steps(row.chapter))
+    headings = [md.stem for md in CHAPTERS for _ in re.findall(r"^## Lab: ", md.read_text(), re.M)]
+    assert sorted(headings) == sorted(LAB_CHAPTERS), "every lab is on the teaching page"
+
+
+@pytest.mark.parametrize("chapter", LAB_CHAPTERS)
+def test_every_lab_step_has_an_empty_cell_a_checker_and_a_checked_solution(chapter):
+    text = (ROOT / "chapters" / f"{chapter}.md").read_text()
+    lab = text.split("\n## Lab: ", 1)[1]
+    assert lab.index("\n## ") == lab.index("\n## Exercises\n"), "the lab comes just before the Exercises"
+    defined = set(re.findall(r"^def (check_\w+)\(", "\n".join(checker_cells(ROOT / "chapters" / f"{chapter}.md")),
+                             flags=re.M))
+    steps = lab_steps(chapter)
+    assert 3 <= len(steps) <= 5
+    for n, (step, student, solution) in enumerate(steps, 1):
+        assert re.match(rf" ★+ · \d+ min · Lab step {n}: ", step)
+        checker = re.search(r"`(check_\w+)`", step)[1]
+        assert checker in defined
+        assert all(line.startswith("#") for line in student.splitlines()), "the student's cell is empty"
+        assert checker in student and f"result = {checker}(" in solution and "assert result.passed" in solution
+
+
+@pytest.mark.parametrize("chapter", LAB_CHAPTERS)
+def test_lab_answer_keys_pass_their_checkers(chapter):
+    namespace = vars(checkers(chapter))
+    for _, _, solution in lab_steps(chapter):
+        exec(compile(solution, f"{chapter} lab", "exec"), namespace)  # noqa: S102 - each asserts its check passed
+        assert namespace["result"].passed
+
+
+def lab_answers(chapter: str) -> dict:
+    """The chapter's checkers with its lab's answer key defined."""
+    namespace = vars(checkers(chapter))
+    for _, _, solution in lab_steps(chapter):
+        exec(compile(solution.split("\n\nresult = ")[0], chapter, "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def test_hop_task_lab_checkers_reject_reversed_composition_and_a_hop_by_hop_power():
+    ex = lab_answers("hop_task")
+    reversed_order = ex["check_compose"](lambda f, g: np.where(f >= 0, g[np.maximum(f, 0)], -1))
+    assert not reversed_order.passed and "f=" in reversed_order.failures[0]
+
+    def hop_by_hop(f, k, compose):
+        out = np.arange(len(f))
+        for _ in range(k):
+            out = compose(f, out)
+        return out
+
+    slow = ex["check_find_power"](hop_by_hop)
+    assert not slow.passed and "compositions" in slow.failures[0]
+    assert not ex["check_fast_hop"](lambda x, k: hop(x, k + 1)).passed
+
+
+def test_construction_lab_checkers_reject_a_ptr_that_keeps_a_and_registers_off_by_a_layer():
+    ex = lab_answers("construction")
+    my_layer = ex["my_layer"]
+    assert not ex["check_layer"](lambda p, a, op: my_layer(p, a, "keep" if op == "ptr" else op)).passed
+    assert not ex["check_run_program"](lambda x, program: hop(x, len(program))).passed
+    read = ex["my_registers"]
+    assert not ex["check_registers"](lambda model, x: read(model, x)[:-1]).passed
+
+
+def test_mpc_lab_checkers_reject_an_extra_round_and_one_hop_per_round_trip():
+    ex = lab_answers("mpc")
+    trip, update = ex["my_round_trip"], ex["my_update"]
+
+    def slow_double(sim, c):  # the update as a round of its own, not queued
+        trip(sim, c, [2])
+        sim.round(lambda ctx, mem: (update(mem, [2]), {}))
+
+    assert ex["check_double"](ex["my_double"]).passed and not ex["check_double"](slow_double).passed
+
+    def hop_by_hop(x, k, c):
+        sim = ex["lab_machines"](x, c)
+        for _ in range(k):
+            trip(sim, c, [3])
+            sim.defer(lambda ctx, mem: update(mem, [3]))
+        sim.finish()
+        st = sim.table("st").data
+        return st[np.argsort(st[:, 0]), 3], sim.stats.rounds
+
+    result = ex["check_find_k_mpc"](hop_by_hop)
+    assert not result.passed and "rounds" in result.failures[0]
+
+
+def test_mpc_round_trip_checker_reports_a_step_that_is_not_local():
+    ex = lab_answers("mpc")
+    message = ex["Message"]
+
+    def peeking(sim, c, cols):  # every machine sends the largest pointer of all machines
+        def step(ctx, mem):
+            d = mem["st"].data
+            top = np.full(len(d), int(d[:, 2].max()))
+            return mem, {"_ans": message(d[:, 0] // c, d[:, 0] // c, np.c_[d[:, 0], 0 * top + 2, top])}
+
+        sim.round(step)
+        sim.round(lambda ctx, mem: (mem, {}))
+
+    result = ex["check_round_trip"](peeking)
+    assert not result.passed and "not local" in result.failures[0]
+
+
+def test_rnn_lab_checkers_reject_a_flipped_state_a_player_that_starts_afresh_and_a_short_count():
+    ex = lab_answers("rnn")
+    assert not ex["check_state_bits"](lambda h: ex["my_state_bits"](-h)).passed
+    player = ex["my_gru_player"]
+    assert ex["check_gru_player"](player).passed
+    afresh = ex["check_gru_player"](lambda model, block, j, p: player(model, block, j, j))  # ignores P_(j+1)
+    assert not afresh.passed and "bits" in afresh.failures[0]
+    assert not ex["check_gru_bits"](lambda d, p, c: 32 * d * (p - 1)).passed

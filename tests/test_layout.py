@@ -94,12 +94,13 @@ def test_chapters_find_results_without_file_tricks(md):
 
 
 def test_every_exercise_has_a_unique_label_a_difficulty_and_minutes_in_its_title():
-    """The teaching page's exercise table is read from these titles (★ to ★★★ · N min · what it asks)."""
+    """The teaching page's exercise and lab tables are read from these titles (★ to ★★★ · N min · what it asks);
+    a lab step is an exercise labelled ``lab-...``."""
     labels = []
     for md in CHAPTERS:
         text = md.read_text()
         directives = re.findall(r"^````\{exercise\}[^\n]*\n", text, flags=re.M)
-        titled = re.findall(r"^````\{exercise\} ★{1,3} · [1-9]\d* min · \S[^\n]*\n:label: (ex-[\w-]+)$", text,
+        titled = re.findall(r"^````\{exercise\} ★{1,3} · [1-9]\d* min · \S[^\n]*\n:label: ((?:ex|lab)-[\w-]+)$", text,
                             flags=re.M)
         assert directives and len(titled) == len(directives), f"{md.name}: an exercise without its title"
         labels += titled
