@@ -87,14 +87,6 @@ def per_k_error(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: 
                         ks=ks)[metric]
 
 
-def copy_letter_error(task: HopTask, *, n_samples: int = 1000, seed: int = 0, metric: str = "paper",
-                      ks: Iterable[int] | None = None) -> dict[int, float]:
-    """Error per k of the rule "answer the current letter" (hop_0 whatever k is asked), the first thing a
-    briefly trained model learns: 0 at k = 0 and exactly 1 at k = 1 (the strings have no immediate repeats)."""
-    return {k: errors_from_predictions(x, y, task, metric)  # the input token itself: the current letter
-            for k, x, y in samples_per_k(task, ks, n_samples, seed, torch.device("cpu"))}
-
-
 def error_records(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: int = 0,
                   device: str | torch.device = "auto", ks: Iterable[int] | None = None,
                   **labels: Any) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.text import Text
-from matplotlib.ticker import MaxNLocator
 
 from hoplib._book.validate import check_choice, check_int
 from hoplib.tasks import find, letters_to_str
@@ -123,23 +122,6 @@ def plot_pointer_chain(x: np.ndarray, i: int, k: int, ax: Axes | None = None) ->
     ax.set_ylim(-0.8, 0.4 + 0.14 * n)
     ax.axis("off")
     return ax
-
-
-def plot_hop_statistics(records: list[dict[str, float]], axes: tuple[Axes, Axes] | None = None) -> tuple[Axes, Axes]:
-    """Two panels from :func:`hoplib.tasks.hop_statistics`: share of ⊥ targets, and hop distance, against k."""
-    if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    ks = [r["k"] for r in records]
-    axes[0].plot(ks, [r["no_answer_share"] for r in records], "o-")
-    axes[0].set(xlabel="k (hops)", ylabel="share of ⊥ targets", ylim=(0, 1))
-    axes[1].plot(ks, [r["mean_distance"] for r in records], "o-", label="mean")
-    axes[1].plot(ks, [r["max_distance"] for r in records], "s--", label="max")
-    axes[1].set(xlabel="k (hops)", ylabel="i − find^k(i) (positions back)")
-    axes[1].legend()
-    for a in axes:
-        a.grid(alpha=0.3)
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is an integer
-    return axes
 
 
 def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", fade: bool = True) -> Axes:

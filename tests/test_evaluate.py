@@ -251,16 +251,3 @@ def test_predictions_checks_the_logits_shape():
     assert predictions(_TinyModel(task.vocab_size, 5), x).shape == x.shape  # no class count asked for
     with pytest.raises(ValueError, match="5 logits per position"):
         predictions(_TinyModel(task.vocab_size, 5), x, num_classes=task.vocab_size)
-
-
-def test_copy_letter_error_is_zero_at_k0_and_one_at_k1():
-    from hoplib.evaluate import copy_letter_error
-
-    task = HopTask(seq_len=24, alphabet_size=4, max_hops=3)
-    err = copy_letter_error(task, n_samples=300)
-    assert list(err) == [0, 1, 2, 3]
-    assert err[0] == 0.0 and err[1] == 1.0  # no immediate repeats: hop_1 is never the current letter
-    assert 0.2 < err[2] < 0.8 and err[3] > 0.75  # neither always right nor always wrong
-    assert copy_letter_error(task, n_samples=300, metric="pooled")[1] == 1.0
-    with pytest.raises(ValueError, match="metric"):
-        copy_letter_error(task, metric="mean")
