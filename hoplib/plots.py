@@ -125,8 +125,8 @@ def plot_pointer_chain(x: np.ndarray, i: int, k: int, ax: Axes | None = None) ->
 
 
 def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", fade: bool = True) -> Axes:
-    """The paper's Figures 14-15 from :func:`hoplib.evaluate.best_find_per_head` (or
-    :func:`hoplib.training.heads.cleared`): one row per (layer, head), one column per k; each cell names the
+    """The paper's Figures 14-15 from :func:`hoplib.evaluate.best_find_per_head` (or the training chapter's
+    noise-floor reading): one row per (layer, head), one column per k; each cell names the
     best pattern (j of find^j, ``p`` previous token, ``s`` start) above its score, blank where ``best`` is -1.
     Colours code j (viridis), previous token (red) and start (grey); ``fade`` pales a cell as its score falls."""
     if not isinstance(table, dict) or not {"ks", "patterns", "best", "best_score"} <= set(table):
