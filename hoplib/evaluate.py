@@ -87,18 +87,6 @@ def per_k_error(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: 
                         ks=ks)[metric]
 
 
-def error_records(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: int = 0,
-                  device: str | torch.device = "auto", ks: Iterable[int] | None = None,
-                  **labels: Any) -> list[dict[str, Any]]:
-    """Tidy rows ``{**labels, "k", "metric", "error", "n_samples"}``, both metrics, one row per (k, metric)."""
-    rows = []
-    for k, x, y in samples_per_k(task, ks, n_samples, seed, get_device(device)):
-        pred = predictions(model, x, num_classes=task.vocab_size)
-        rows += [{**labels, "k": k, "metric": m, "error": errors_from_predictions(pred, y, task, m),
-                  "n_samples": n_samples} for m in METRICS]
-    return rows
-
-
 # --------------------------------------------------------------------------- heads (Appendix G.4)
 def find_pattern(inputs: torch.Tensor, task: HopTask, j: int | str) -> torch.Tensor:
     """The ideal attention map M (B, T, T) of a head that implements find^j: M[t, find^j(t-1) + 1] = 1, or

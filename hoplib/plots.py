@@ -158,15 +158,3 @@ def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", f
         ax.axhline(layer * n_heads - 0.5, color="black", lw=0.8)
     ax.set(xlabel="k (hops of the input)", title=title)
     return ax
-
-
-def plot_best_patterns(tables: dict[str, dict], *, width: float = 8.5):
-    """:func:`plot_best_pattern` of every table of ``tables`` (title -> table), stacked, each at the page's
-    full width so that its cell labels stay legible; returns the figure."""
-    rows = [int(np.prod(np.asarray(t["best"]).shape[:2])) for t in tables.values()]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(width, 0.33 * sum(rows) + 1.2 * len(rows)), squeeze=False,
-                             gridspec_kw={"height_ratios": rows})
-    for ax, (title, table) in zip(axes[:, 0], tables.items(), strict=True):
-        plot_best_pattern(table, ax, title=title)
-    fig.tight_layout()
-    return fig

@@ -326,8 +326,7 @@ def evaluate_model(model: GPT, *, n_samples: int = 500, n_dropout: int = 200, se
     start for every k (:func:`hoplib.evaluate.best_find_per_head`, stored by :func:`encode_alignment`)."""
     task = released_task()
     ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
-    rows = evaluate.error_records(model, task, n_samples=n_samples, seed=seed, device=device, ks=ks)
-    errors = {m: {r["k"]: r["error"] for r in rows if r["metric"] == m} for m in evaluate.METRICS}
+    errors = evaluate.per_k_errors(model, task, n_samples=n_samples, seed=seed, device=device, ks=ks)
     errors["pooled_dropout"] = per_k_error_dropout(model, task, n_samples=n_dropout, seed=seed, ks=ks)
     best = evaluate.best_find_per_head(model, task, ks=ks, js=range(task.max_hops + 1), n_samples=n_align,
                                        seed=align_seed, device=device)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hoplib.evaluate import error_records, errors_from_predictions, per_k_error, predictions
+from hoplib.evaluate import errors_from_predictions, per_k_error, per_k_errors, predictions
 from hoplib.tasks import HopTask, hop
 
 
@@ -79,9 +79,8 @@ def test_test_samples_are_reproducible_and_seed_dependent():
 
 def test_records_are_tidy_and_validation_names_arguments():
     task = HopTask(seq_len=12, max_hops=2)
-    rows = error_records(Oracle(task), task, n_samples=5, device="cpu", depth=3)
-    assert len(rows) == 6 and {r["metric"] for r in rows} == {"paper", "pooled"}
-    assert all(r["depth"] == 3 and r["error"] == 0.0 for r in rows)
+    errors = per_k_errors(Oracle(task), task, n_samples=5, device="cpu")
+    assert errors == {"paper": {0: 0.0, 1: 0.0, 2: 0.0}, "pooled": {0: 0.0, 1: 0.0, 2: 0.0}}
     with pytest.raises(ValueError, match="metric"):
         per_k_error(Oracle(task), task, metric="mean", device="cpu")
     with pytest.raises(ValueError, match="seed"):  # test seeds must stay clear of the training streams
@@ -186,19 +185,6 @@ def test_best_pattern_heatmap_writes_the_argmax_of_each_cell():
         plot_best_pattern({"ks": []})
 
 
-def test_stacked_best_patterns_are_legible_at_page_width():
-    from hoplib.evaluate import best_find_per_head
-    from hoplib.plots import check_legible, plot_best_patterns
-
-    task = HopTask(seq_len=24, max_hops=3)
-    table = best_find_per_head(PatternModel(task), task, ks=[1, 2, 3], n_samples=4, device="cpu")
-    fig = plot_best_patterns({"a": table, "b": table})
-    assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
-    check_legible(fig)
-    with pytest.raises(ValueError):
-        plot_best_patterns({})
-
-
 # ----------------------------------------------------------------------------- models that do not fit the task
 class _TinyModel(nn.Module):
     """Embedding + linear map with chosen numbers of embedding rows and output classes."""
@@ -218,7 +204,7 @@ def test_per_k_error_rejects_a_model_with_too_few_output_classes():
     with pytest.raises(ValueError, match="logits per position"):
         per_k_error(model, task, n_samples=4, device="cpu")
     with pytest.raises(ValueError, match="logits per position"):
-        error_records(model, task, n_samples=4, device="cpu")
+        per_k_errors(model, task, n_samples=4, device="cpu")
 
 
 def test_per_k_error_checks_a_gpt_config_against_the_task():
