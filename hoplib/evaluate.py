@@ -128,27 +128,22 @@ def attention_maps(model: nn.Module, inputs: torch.Tensor) -> list[torch.Tensor]
         model.train(was_training)
 
 
-def alignment_scores(model: nn.Module, task: HopTask, *, k: int, js: Iterable[int] = (0, 1, 2, 3, 4),
-                     n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto") -> dict[str, Any]:
-    """Alignment of every head with "prev", find^j for j in ``js`` and "start", averaged over samples of
-    hop_k: ``{"patterns": names, "scores": tensor (L, H, P)}`` (the paper's Figures 10-15)."""
-    x, _ = task.sample(n_samples, k=k, seed=seed + k, device=get_device(device))
-    names: list[Any] = ["prev", *js, "start"]
-    pats = [find_pattern(x, task, j) for j in names]
-    scores = torch.stack([torch.stack([alignment_score(att, p.unsqueeze(1)).mean(0) for p in pats], dim=-1)
-                          for att in attention_maps(model, x)])  # (L, H, P)
-    return {"patterns": [n if isinstance(n, str) else f"find^{n}" for n in names], "scores": scores.cpu()}
-
-
 def best_find_per_head(model: nn.Module, task: HopTask, *, ks: Iterable[int] | None = None,
                        js: Iterable[int] | None = None, n_samples: int = 10, seed: int = 0,
                        device: str | torch.device = "auto") -> dict[str, Any]:
-    """For every layer, head and k, the pattern the head matches best (the paper's Figures 14-15), among
-    find^j for ``js`` (default 0..max_hops), "prev" and "start" (attention parked on position 0). Returns
-    ``{"ks", "patterns", "scores": (L, H, K, P), "best": (L, H, K) indices, "best_score": (L, H, K)}``."""
+    """For every layer, head and k, the alignment score of the head with "prev", find^j for ``js`` (default
+    0..max_hops) and "start" (attention parked on position 0), averaged over ``n_samples`` samples of hop_k
+    (seed ``seed + k``), and the pattern it matches best (the paper's Figures 10-15). Returns ``{"ks",
+    "patterns", "scores": (L, H, K, P), "best": (L, H, K) indices, "best_score": (L, H, K)}``."""
     ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
-    js = list(range(task.max_hops + 1)) if js is None else list(js)
-    per_k = [alignment_scores(model, task, k=k, js=js, n_samples=n_samples, seed=seed, device=device) for k in ks]
-    scores = torch.stack([a["scores"] for a in per_k], dim=2)
+    names = ["prev", *(range(task.max_hops + 1) if js is None else js), "start"]
+    per_k = []
+    for k in ks:
+        x, _ = task.sample(n_samples, k=k, seed=seed + k, device=get_device(device))
+        pats = [find_pattern(x, task, j) for j in names]
+        per_k.append(torch.stack([torch.stack([alignment_score(att, p.unsqueeze(1)).mean(0) for p in pats], dim=-1)
+                                  for att in attention_maps(model, x)]).cpu())  # (L, H, P)
+    scores = torch.stack(per_k, dim=2)
     best_score, best = scores.max(dim=-1)
-    return {"ks": ks, "patterns": per_k[0]["patterns"], "scores": scores, "best": best, "best_score": best_score}
+    return {"ks": ks, "patterns": [n if isinstance(n, str) else f"find^{n}" for n in names], "scores": scores,
+            "best": best, "best_score": best_score}

@@ -111,15 +111,15 @@ def test_find_pattern_points_at_the_hop_answer_and_scores_itself_one():
     assert torch.all((s > 0) & (s < 0.5))
 
 
-def test_alignment_scores_have_one_entry_per_layer_head_and_pattern():
-    from hoplib.evaluate import alignment_scores
+def test_alignment_scores_have_one_entry_per_layer_head_k_and_pattern():
+    from hoplib.evaluate import best_find_per_head
     from hoplib.models import gpt_for_task
 
     task = HopTask(seq_len=20, max_hops=3)
     model = gpt_for_task(task, depth=3, d_model=32, heads=4).train()
-    out = alignment_scores(model, task, k=2, js=(0, 1, 2), n_samples=4, device="cpu")
+    out = best_find_per_head(model, task, ks=[2], js=(0, 1, 2), n_samples=4, device="cpu")
     assert out["patterns"] == ["prev", "find^0", "find^1", "find^2", "start"]
-    assert out["scores"].shape == (3, 4, 5) and torch.all((out["scores"] >= 0) & (out["scores"] <= 1))
+    assert out["scores"].shape == (3, 4, 1, 5) and torch.all((out["scores"] >= 0) & (out["scores"] <= 1))
     assert model.training
 
 

@@ -284,8 +284,8 @@ def test_evaluate_model_returns_both_metrics_dropout_errors_and_alignment(small_
     json.dumps(data)  # storable as JSON
     scores = released.decode_alignment(data["alignment"])
     assert scores.shape == (2, 4, 2, 19) and data["alignment"]["patterns"][0] == "prev"
-    direct = evaluate.alignment_scores(small_model, released.released_task(), k=2, js=range(17), n_samples=2,
-                                       device="cpu")["scores"]
+    direct = evaluate.best_find_per_head(small_model, released.released_task(), ks=[2], js=range(17),
+                                         n_samples=2, device="cpu")["scores"][:, :, 0]
     assert torch.allclose(scores[:, :, 1], direct, atol=5e-4)
 
 
