@@ -87,26 +87,6 @@ def per_k_error(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: 
                         ks=ks)[metric]
 
 
-def copy_letter_error(task: HopTask, *, n_samples: int = 1000, seed: int = 0, metric: str = "paper",
-                      ks: Iterable[int] | None = None) -> dict[int, float]:
-    """Error per k of the rule "answer the current letter" (hop_0 whatever k is asked), the first thing a
-    briefly trained model learns: 0 at k = 0 and exactly 1 at k = 1 (the strings have no immediate repeats)."""
-    return {k: errors_from_predictions(x, y, task, metric)  # the input token itself: the current letter
-            for k, x, y in samples_per_k(task, ks, n_samples, seed, torch.device("cpu"))}
-
-
-def error_records(model: nn.Module, task: HopTask, *, n_samples: int = 100, seed: int = 0,
-                  device: str | torch.device = "auto", ks: Iterable[int] | None = None,
-                  **labels: Any) -> list[dict[str, Any]]:
-    """Tidy rows ``{**labels, "k", "metric", "error", "n_samples"}``, both metrics, one row per (k, metric)."""
-    rows = []
-    for k, x, y in samples_per_k(task, ks, n_samples, seed, get_device(device)):
-        pred = predictions(model, x, num_classes=task.vocab_size)
-        rows += [{**labels, "k": k, "metric": m, "error": errors_from_predictions(pred, y, task, m),
-                  "n_samples": n_samples} for m in METRICS]
-    return rows
-
-
 # --------------------------------------------------------------------------- heads (Appendix G.4)
 def find_pattern(inputs: torch.Tensor, task: HopTask, j: int | str) -> torch.Tensor:
     """The ideal attention map M (B, T, T) of a head that implements find^j: M[t, find^j(t-1) + 1] = 1, or
@@ -148,44 +128,22 @@ def attention_maps(model: nn.Module, inputs: torch.Tensor) -> list[torch.Tensor]
         model.train(was_training)
 
 
-def alignment_scores(model: nn.Module, task: HopTask, *, k: int, js: Iterable[int] = (0, 1, 2, 3, 4),
-                     n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto",
-                     start: bool = False) -> dict[str, Any]:
-    """Alignment of every head with "prev", find^j for j in ``js`` (and "start"), averaged over samples of
-    hop_k: ``{"patterns": names, "scores": tensor (L, H, P)}`` (the paper's Figures 10-15)."""
-    x, _ = task.sample(n_samples, k=k, seed=seed + k, device=get_device(device))
-    names: list[Any] = ["prev", *js, *(["start"] if start else [])]
-    pats = [find_pattern(x, task, j) for j in names]
-    scores = torch.stack([torch.stack([alignment_score(att, p.unsqueeze(1)).mean(0) for p in pats], dim=-1)
-                          for att in attention_maps(model, x)])  # (L, H, P)
-    return {"patterns": [n if isinstance(n, str) else f"find^{n}" for n in names], "scores": scores.cpu()}
-
-
 def best_find_per_head(model: nn.Module, task: HopTask, *, ks: Iterable[int] | None = None,
-                       js: Iterable[int] | None = None, include_prev: bool = True, include_start: bool = True,
-                       n_samples: int = 10, seed: int = 0, device: str | torch.device = "auto") -> dict[str, Any]:
-    """For every layer, head and k, the pattern the head matches best (the paper's Figures 14-15), among
-    find^j for ``js`` (default 0..max_hops), "prev" and "start" (attention parked on position 0). Returns
-    ``{"ks", "patterns", "scores": (L, H, K, P), "best": (L, H, K) indices, "best_score": (L, H, K)}``."""
+                       js: Iterable[int] | None = None, n_samples: int = 10, seed: int = 0,
+                       device: str | torch.device = "auto") -> dict[str, Any]:
+    """For every layer, head and k, the alignment score of the head with "prev", find^j for ``js`` (default
+    0..max_hops) and "start" (attention parked on position 0), averaged over ``n_samples`` samples of hop_k
+    (seed ``seed + k``), and the pattern it matches best (the paper's Figures 10-15). Returns ``{"ks",
+    "patterns", "scores": (L, H, K, P), "best": (L, H, K) indices, "best_score": (L, H, K)}``."""
     ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
-    js = list(range(task.max_hops + 1)) if js is None else list(js)
-    per_k = [alignment_scores(model, task, k=k, js=js, n_samples=n_samples, seed=seed, device=device, start=True)
-             for k in ks]
-    names = per_k[0]["patterns"]
-    keep = [i for i, n in enumerate(names) if (n != "prev" or include_prev) and (n != "start" or include_start)]
-    scores = torch.stack([a["scores"] for a in per_k], dim=2)[..., keep]
+    names = ["prev", *(range(task.max_hops + 1) if js is None else js), "start"]
+    per_k = []
+    for k in ks:
+        x, _ = task.sample(n_samples, k=k, seed=seed + k, device=get_device(device))
+        pats = [find_pattern(x, task, j) for j in names]
+        per_k.append(torch.stack([torch.stack([alignment_score(att, p.unsqueeze(1)).mean(0) for p in pats], dim=-1)
+                                  for att in attention_maps(model, x)]).cpu())  # (L, H, P)
+    scores = torch.stack(per_k, dim=2)
     best_score, best = scores.max(dim=-1)
-    return {"ks": ks, "patterns": [names[i] for i in keep], "scores": scores, "best": best,
-            "best_score": best_score}
-
-
-def head_roles(table: dict[str, Any], min_score: float = 0.0) -> dict[tuple[int, int], list[str]]:
-    """``{(layer, head): [patterns]}`` (1-based) from :func:`best_find_per_head`: each head's distinct best
-    patterns over k, in order of first appearance, counting only cells whose best score is >= ``min_score``."""
-    names, best, score = table["patterns"], table["best"], table["best_score"]
-    out: dict[tuple[int, int], list[str]] = {}
-    for layer in range(best.shape[0]):
-        for head in range(best.shape[1]):
-            pairs = zip(best[layer, head].tolist(), score[layer, head].tolist(), strict=True)
-            out[(layer + 1, head + 1)] = list(dict.fromkeys(names[b] for b, s in pairs if s >= min_score))
-    return out
+    return {"ks": ks, "patterns": [n if isinstance(n, str) else f"find^{n}" for n in names], "scores": scores,
+            "best": best, "best_score": best_score}

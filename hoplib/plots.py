@@ -16,7 +16,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.text import Text
-from matplotlib.ticker import MaxNLocator
 
 from hoplib._book.validate import check_choice, check_int
 from hoplib.tasks import find, letters_to_str
@@ -125,26 +124,9 @@ def plot_pointer_chain(x: np.ndarray, i: int, k: int, ax: Axes | None = None) ->
     return ax
 
 
-def plot_hop_statistics(records: list[dict[str, float]], axes: tuple[Axes, Axes] | None = None) -> tuple[Axes, Axes]:
-    """Two panels from :func:`hoplib.tasks.hop_statistics`: share of ⊥ targets, and hop distance, against k."""
-    if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    ks = [r["k"] for r in records]
-    axes[0].plot(ks, [r["no_answer_share"] for r in records], "o-")
-    axes[0].set(xlabel="k (hops)", ylabel="share of ⊥ targets", ylim=(0, 1))
-    axes[1].plot(ks, [r["mean_distance"] for r in records], "o-", label="mean")
-    axes[1].plot(ks, [r["max_distance"] for r in records], "s--", label="max")
-    axes[1].set(xlabel="k (hops)", ylabel="i − find^k(i) (positions back)")
-    axes[1].legend()
-    for a in axes:
-        a.grid(alpha=0.3)
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is an integer
-    return axes
-
-
 def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", fade: bool = True) -> Axes:
-    """The paper's Figures 14-15 from :func:`hoplib.evaluate.best_find_per_head` (or
-    :func:`hoplib.training.heads.cleared`): one row per (layer, head), one column per k; each cell names the
+    """The paper's Figures 14-15 from :func:`hoplib.evaluate.best_find_per_head` (or the training chapter's
+    noise-floor reading): one row per (layer, head), one column per k; each cell names the
     best pattern (j of find^j, ``p`` previous token, ``s`` start) above its score, blank where ``best`` is -1.
     Colours code j (viridis), previous token (red) and start (grey); ``fade`` pales a cell as its score falls."""
     if not isinstance(table, dict) or not {"ks", "patterns", "best", "best_score"} <= set(table):
@@ -176,15 +158,3 @@ def plot_best_pattern(table: dict, ax: Axes | None = None, *, title: str = "", f
         ax.axhline(layer * n_heads - 0.5, color="black", lw=0.8)
     ax.set(xlabel="k (hops of the input)", title=title)
     return ax
-
-
-def plot_best_patterns(tables: dict[str, dict], *, width: float = 8.5):
-    """:func:`plot_best_pattern` of every table of ``tables`` (title -> table), stacked, each at the page's
-    full width so that its cell labels stay legible; returns the figure."""
-    rows = [int(np.prod(np.asarray(t["best"]).shape[:2])) for t in tables.values()]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(width, 0.33 * sum(rows) + 1.2 * len(rows)), squeeze=False,
-                             gridspec_kw={"height_ratios": rows})
-    for ax, (title, table) in zip(axes[:, 0], tables.items(), strict=True):
-        plot_best_pattern(table, ax, title=title)
-    fig.tight_layout()
-    return fig

@@ -4,10 +4,7 @@
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import json
-import math
 import os
 import subprocess
 from collections.abc import Callable
@@ -19,7 +16,7 @@ from urllib.request import urlopen
 
 import torch
 
-from hoplib import evaluate, report
+from hoplib import evaluate
 from hoplib._book.device import get_device
 from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask
@@ -329,8 +326,7 @@ def evaluate_model(model: GPT, *, n_samples: int = 500, n_dropout: int = 200, se
     start for every k (:func:`hoplib.evaluate.best_find_per_head`, stored by :func:`encode_alignment`)."""
     task = released_task()
     ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
-    rows = evaluate.error_records(model, task, n_samples=n_samples, seed=seed, device=device, ks=ks)
-    errors = {m: {r["k"]: r["error"] for r in rows if r["metric"] == m} for m in evaluate.METRICS}
+    errors = evaluate.per_k_errors(model, task, n_samples=n_samples, seed=seed, device=device, ks=ks)
     errors["pooled_dropout"] = per_k_error_dropout(model, task, n_samples=n_dropout, seed=seed, ks=ks)
     best = evaluate.best_find_per_head(model, task, ks=ks, js=range(task.max_hops + 1), n_samples=n_align,
                                        seed=align_seed, device=device)
@@ -353,85 +349,9 @@ def decode_alignment(alignment: dict[str, Any]) -> torch.Tensor:
     return torch.tensor(cells, dtype=torch.float32) / 1000
 
 
-def best_pattern_table(alignment: dict[str, Any], *, authors: bool = False,
-                       ks: list[int] | None = None) -> dict[str, Any]:
-    """The per-head best pattern for each k (the paper's Figures 14-15) from stored scores, in the format of
-    :func:`hoplib.evaluate.best_find_per_head`; ``authors=True`` lets only find^1..find^16 compete."""
-    all_scores, stored_ks = decode_alignment(alignment), [int(x) for x in alignment["ks"]]
-    ks = stored_ks if ks is None else [int(k) for k in ks]
-    names = list(alignment["patterns"])
-    keep = [i for i, n in enumerate(names) if not authors or (n.startswith("find^") and n != "find^0")]
-    scores = all_scores[:, :, [stored_ks.index(k) for k in ks]][..., keep]
-    best_score, best = scores.max(dim=-1)
-    return {"ks": ks, "patterns": [names[i] for i in keep], "scores": scores, "best": best,
-            "best_score": best_score}
-
-
-# --------------------------------------------------------------------------- comparison with the paper
-def published_errors(path: str | os.PathLike | None = None) -> dict[tuple[int, int, int], dict[int, float]]:
-    """The authors' published errors (pooled metric, 100 samples per k, dropout on) as ``{(L, H, n_train):
-    {k: error}}`` (n_train = -1: fresh samples), by default from ``results/training/authors-errors.json``."""
-    from hoplib._book.results import results_dir
-
-    path = Path(path) if path is not None else results_dir() / "training" / "authors-errors.json"
-    raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    out: dict[tuple[int, int, int], dict[int, float]] = {}
-    for key, val in raw.get("errors", raw).items():
-        model_key, k = ast.literal_eval(key)
-        out.setdefault(tuple(model_key), {})[int(k)] = float(val)
-    return {key: dict(sorted(row.items())) for key, row in sorted(out.items())}
-
-
-def comparison_table(reevaluated: dict[str, dict[str, Any]],
-                     published: dict[tuple[int, int, int], dict[int, float]] | None = None):
-    """A pandas DataFrame, one row per (released model, k): name, depth, d_model, heads, n_train (-1 = fresh
-    samples), k, published, pooled, paper, pooled_dropout and diff = pooled - published."""
-    import pandas as pd
-
-    published = published_errors() if published is None else published
-    rows = []
-    for name, data in reevaluated.items():
-        model, errs = info(name), {m: {int(k): v for k, v in e.items()} for m, e in data["errors"].items()}
-        pub = published.get(model.key, {})
-        rows += [{"name": name, "depth": model.depth, "d_model": model.d_model, "heads": model.heads,
-                  "n_train": model.key[2], "k": k, "published": pub.get(k, math.nan),
-                  **{m: errs[m].get(k, math.nan) for m in ("pooled", "paper", "pooled_dropout")}}
-                 for k in sorted(errs["pooled"])]
-    table = pd.DataFrame(rows)
-    if not table.empty:
-        table["diff"] = table["pooled"] - table["published"]
-    return table
-
-
-def errors_by_depth(table, column: str = "pooled", *, n_train: int = -1, heads: int = 4) -> dict[int, dict[int, float]]:
-    """``{depth: {k: error}}`` of one column of a :func:`comparison_table`, one width and training-set size."""
-    rows = table[(table["n_train"] == n_train) & (table["heads"] == heads)]
-    return {int(d): {int(k): float(e) for k, e in zip(g["k"], g[column], strict=True)}
-            for d, g in rows.groupby("depth")}
-
-
-def depth_thresholds(errors: dict[int, dict[int, float]], threshold: float = report.THRESHOLD):
-    """A DataFrame, per k >= 1: L*(k) (:func:`hoplib.report.smallest_depth`), ⌊log₂k⌋+2, ⌈log₂k⌉+2 and which
-    it follows ("both", "floor", "ceil", "below floor", "above ceil"; if unreached, what the deepest depth
-    rules out: "above ceil", "above floor" or "not reached")."""
-    import pandas as pd
-
-    star, deepest = report.smallest_depth(errors, threshold=threshold), max(errors)
-    rows = []
-    for k in (k for k in star if k >= 1):
-        lo, hi, s = report.depth_floor(k), report.depth_ceil(k), star[k]
-        if s is None:
-            follows = "above ceil" if deepest >= hi else "above floor" if deepest >= lo else "not reached"
-        else:
-            follows = ("both" if s == lo == hi else "floor" if s == lo else "ceil" if s == hi else
-                       "below floor" if s < lo else "above ceil")
-        rows.append({"k": k, "L_star": s, "floor": lo, "ceil": hi, "follows": follows, "max_depth": deepest})
-    return pd.DataFrame(rows)
-
-
-def load_stored_results(folder: str = "released", root: str | os.PathLike | None = None) -> dict[str, Any]:
-    """``{name: Stored}`` for every released model with a results file ``results/<folder>/<name>.json``."""
+def load_stored_results(root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """``{name: Stored}`` for every released model with a results file ``results/released/<name>.json``."""
     from hoplib._book.results import load_stored
 
-    found = {n: load_stored(f"{folder}/{n}.json", required=False, root=root) for n in RELEASED}
+    found = {n: load_stored(f"released/{n}.json", required=False, root=root) for n in RELEASED}
     return {n: s for n, s in found.items() if s is not None}

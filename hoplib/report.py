@@ -211,31 +211,6 @@ def plot_error_vs_k_groups(groups: Mapping[str, Iterable[ErrorRecord]], ax=None,
     return ax
 
 
-def plot_error_heatmap(records: Iterable[ErrorRecord], ax=None, *, family: str | None = None,
-                       width: int | None = None, title: str = "", metric: str | None = None):
-    """Depth x k heatmap of the errors with the values written in (the paper's Figure 8). Returns the axes."""
-    import matplotlib.pyplot as plt
-
-    recs = list(records)
-    table = error_table(recs, family=family, width=width, metric=_metric_of(recs, metric))
-    ax = ax or plt.gca()
-    depths, ks = sorted(table), sorted({k for row in table.values() for k in row})
-    grid = [[table[d].get(k, math.nan) for k in ks] for d in depths]
-    ax.imshow(grid, cmap="magma_r", vmin=0, vmax=0.8, aspect="auto", origin="lower")
-    ax.set_xticks(range(len(ks)), [str(k) for k in ks])
-    ax.set_yticks(range(len(depths)), [str(d) for d in depths])
-    for i, row in enumerate(grid):
-        for j, v in enumerate(row):
-            if not math.isnan(v):
-                ax.text(j, i, f"{v:.2f}".lstrip("0") if v < 1 else "1", ha="center", va="center",
-                        fontsize=9 if len(ks) > 10 else 10, color="white" if v > 0.4 else "black")
-    ax.set_xlabel("k (hops)")
-    ax.set_ylabel("depth L")
-    if title:
-        ax.set_title(title)
-    return ax
-
-
 # ------------------------------------------------------ stored depth sweeps of the lower-bound chapters
 def error_records(rows: Iterable[Mapping[str, Any]], *, run: str = "") -> list[ErrorRecord]:
     """Sweep rows (``kind``, ``depth``, ``k``, ``error``, optionally ``d_model``) as records."""

@@ -260,21 +260,3 @@ def str_to_letters(s: str) -> np.ndarray:
     if not all("a" <= c <= "z" for c in s):
         raise ValueError(f"s must contain only lowercase letters a-z, got {s!r}")
     return np.array([ord(c) - ord("a") for c in s], dtype=np.int64)
-
-
-def hop_statistics(task: HopTask, ks: list[int] | range, n_samples: int = 256, seed: int = 0,
-                   device: str | torch.device | None = None) -> list[dict[str, float]]:
-    """Per k: the share of ⊥ targets and the distance i - find^k(i) of answered positions, on ``n_samples``
-    of the task's letter strings: records ``{"k", "no_answer_share", "mean/median/max_distance"}``."""
-    dev = get_device(device or "cpu")
-    records = []
-    for k in ks:
-        k = check_int("k", k, low=task.min_hops, high=task.max_hops)
-        gen = torch.Generator(device=dev).manual_seed(check_int("seed", seed, low=0, high=2**32 - 1 - k) + k)
-        x = task.letters(n_samples, gen, dev)
-        ptr = find_k(x, k)
-        dist = (torch.arange(x.shape[-1], device=dev) - ptr)[ptr >= 0].double()
-        stat = {s: float(getattr(dist, s)()) if dist.numel() else float("nan") for s in ("mean", "median", "max")}
-        records.append({"k": k, "no_answer_share": float((ptr < 0).double().mean()),
-                        **{f"{s}_distance": v for s, v in stat.items()}})
-    return records

@@ -2,6 +2,7 @@
 
     python scripts/run_training.py --grid medium --out results/training/medium --workers 2
     python scripts/run_training.py --grid paper --out runs/paper --device cuda --ensemble --shard 0/2
+    python scripts/run_training.py --grid paper --out runs/pw --device cuda --ensemble width --compile reduce-overhead
     python scripts/run_training.py --depth 4 --d-model 128 --heads 4 --steps 100000 --out runs/L4
 
 Rerunning a command skips finished runs and resumes interrupted ones from their checkpoints. A folder that
@@ -23,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when 
 from cli import add_run_options, run_cli, run_device  # noqa: E402
 
 _TYPES = {"head": str, "dropout": float, "lr": float, "weight_decay": float}
+_ENSEMBLE = {None: False, "arch": True, "width": "width"}  # --ensemble -> run_sweep(ensemble=...)
+_COMPILE = {None: False, "default": True, "reduce-overhead": "reduce-overhead",
+            "max-autotune": "max-autotune"}  # --compile -> train_run(compile=...)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,10 +39,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", choices=tuple(sweep.GRIDS), help="train a named grid (hoplib.training.sweep)")
     p.add_argument("--out", required=True, help="output folder")
     add_run_options(p, seed_help="run seed of a single run, 0..127 (a grid keeps its own seeds)")
-    p.add_argument("--ensemble", action="store_true", help="train a grid's runs of one architecture together")
+    p.add_argument("--ensemble", nargs="?", const="arch", choices=tuple(_ENSEMBLE)[1:],
+                   help="train a grid's runs together as one stacked model: those of one architecture "
+                        "(bare --ensemble, or 'arch'), or every depth of one width ('width')")
     p.add_argument("--shard", default="0/1", help="i/n: train the i-th of n interleaved parts of a grid")
     p.add_argument("--checkpoint-every", type=int, default=1000)
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (meant for CUDA)")
+    p.add_argument("--compile", nargs="?", const="default", choices=tuple(_COMPILE)[1:],
+                   help="torch.compile the training step (meant for CUDA): bare --compile or 'default', or "
+                        "a torch.compile mode ('reduce-overhead': CUDA graphs)")
     p.add_argument("--no-progress", action="store_true")
     for key in RUN_KEYS:  # one run: the settings of hoplib.train.RunConfig (defaults: the paper's recipe)
         if key != "seed":
@@ -56,8 +64,8 @@ def _grid(args: argparse.Namespace, device: str) -> int:
     if not (i.isdigit() and n.isdigit() and int(i) < int(n)):
         raise ValueError(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
     i, n = int(i), int(n)
-    kw = dict(device=device, progress=not args.no_progress, ensemble=args.ensemble, compile=args.compile,
-              checkpoint_every=args.checkpoint_every)
+    kw = dict(device=device, progress=not args.no_progress, ensemble=_ENSEMBLE[args.ensemble],
+              compile=_COMPILE[args.compile], checkpoint_every=args.checkpoint_every)
     if args.workers == 1:
         sweep.run_sweep(args.grid, args.out, shard=(i, n), **kw)
     else:  # every worker a shard of this shard
@@ -76,12 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     device = run_device(args)
     if args.grid:
         return _grid(args, device)
+    if args.ensemble:
+        raise ValueError("--ensemble trains the runs of a grid together: it needs --grid")
     config = RunConfig.from_dict({k: v for k, v in vars(args).items() if k in RUN_KEYS})
     before = None if args.overwrite or not Path(args.out).is_dir() else finished_results(args.out, config)
     if before is not None and before.get("diverged"):
         raise DivergedError(f"{args.out}: this configuration diverged before ({before.get('error')}); "
                             "nothing to do (--overwrite retrains it)", before, 0)
-    train_run(config, args.out, device=device, progress=not args.no_progress, compile=args.compile,
+    train_run(config, args.out, device=device, progress=not args.no_progress, compile=_COMPILE[args.compile],
               checkpoint_every=args.checkpoint_every, overwrite=args.overwrite,
               command="python scripts/run_training.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     if before is not None:

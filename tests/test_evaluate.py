@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hoplib.evaluate import error_records, errors_from_predictions, per_k_error, predictions
+from hoplib.evaluate import errors_from_predictions, per_k_error, per_k_errors, predictions
 from hoplib.tasks import HopTask, hop
 
 
@@ -79,9 +79,8 @@ def test_test_samples_are_reproducible_and_seed_dependent():
 
 def test_records_are_tidy_and_validation_names_arguments():
     task = HopTask(seq_len=12, max_hops=2)
-    rows = error_records(Oracle(task), task, n_samples=5, device="cpu", depth=3)
-    assert len(rows) == 6 and {r["metric"] for r in rows} == {"paper", "pooled"}
-    assert all(r["depth"] == 3 and r["error"] == 0.0 for r in rows)
+    errors = per_k_errors(Oracle(task), task, n_samples=5, device="cpu")
+    assert errors == {"paper": {0: 0.0, 1: 0.0, 2: 0.0}, "pooled": {0: 0.0, 1: 0.0, 2: 0.0}}
     with pytest.raises(ValueError, match="metric"):
         per_k_error(Oracle(task), task, metric="mean", device="cpu")
     with pytest.raises(ValueError, match="seed"):  # test seeds must stay clear of the training streams
@@ -112,15 +111,15 @@ def test_find_pattern_points_at_the_hop_answer_and_scores_itself_one():
     assert torch.all((s > 0) & (s < 0.5))
 
 
-def test_alignment_scores_have_one_entry_per_layer_head_and_pattern():
-    from hoplib.evaluate import alignment_scores
+def test_alignment_scores_have_one_entry_per_layer_head_k_and_pattern():
+    from hoplib.evaluate import best_find_per_head
     from hoplib.models import gpt_for_task
 
     task = HopTask(seq_len=20, max_hops=3)
     model = gpt_for_task(task, depth=3, d_model=32, heads=4).train()
-    out = alignment_scores(model, task, k=2, js=(0, 1, 2), n_samples=4, device="cpu")
-    assert out["patterns"] == ["prev", "find^0", "find^1", "find^2"]
-    assert out["scores"].shape == (3, 4, 4) and torch.all((out["scores"] >= 0) & (out["scores"] <= 1))
+    out = best_find_per_head(model, task, ks=[2], js=(0, 1, 2), n_samples=4, device="cpu")
+    assert out["patterns"] == ["prev", "find^0", "find^1", "find^2", "start"]
+    assert out["scores"].shape == (3, 4, 1, 5) and torch.all((out["scores"] >= 0) & (out["scores"] <= 1))
     assert model.training
 
 
@@ -151,7 +150,7 @@ class PatternModel(nn.Module):
 
 
 def test_best_find_per_head_recovers_the_planted_patterns_for_every_k():
-    from hoplib.evaluate import best_find_per_head, head_roles
+    from hoplib.evaluate import best_find_per_head
 
     task = HopTask(seq_len=30, max_hops=4)
     table = best_find_per_head(PatternModel(task), task, n_samples=6, device="cpu")
@@ -163,20 +162,6 @@ def test_best_find_per_head_recovers_the_planted_patterns_for_every_k():
     assert best[1][1] == ["find^2"] * 5 and best[1][2] == ["find^0"] * 5
     assert best[1][0] == [f"find^{k}" for k in range(5)]  # the head that follows k
     assert torch.allclose(table["best_score"], torch.ones(2, 3, 5))
-    roles = head_roles(table)
-    assert roles[(2, 1)] == [f"find^{k}" for k in range(5)] and roles[(1, 1)] == ["prev"]
-    weak = {**table, "best_score": table["best_score"].clone()}
-    weak["best_score"][1, 0, 0] = 0.5  # cells below min_score do not count
-    assert head_roles(weak, min_score=0.9)[(2, 1)] == [f"find^{k}" for k in range(1, 5)]
-    # without the "start" candidate, the head parked on position 0 looks most like the largest find^j (mostly ⊥)
-    no_start = best_find_per_head(PatternModel(task), task, include_start=False, n_samples=6, device="cpu")
-    assert no_start["patterns"][-1] == "find^4" and torch.all(no_start["best"][0, 2] == 5)
-    assert torch.all(no_start["best_score"][0, 2] < 1)
-    # without "prev" and with fewer candidates, the argmax is taken over find^j only
-    small = best_find_per_head(PatternModel(task), task, ks=[3], js=[1, 2], include_prev=False,
-                               include_start=False, n_samples=6, device="cpu")
-    assert small["patterns"] == ["find^1", "find^2"] and small["best"][0, 1, 0] == 0
-    assert float(small["best_score"][0, 0, 0]) < 1.0  # the prev head matches no find^j exactly
 
 
 def test_best_pattern_heatmap_writes_the_argmax_of_each_cell():
@@ -200,19 +185,6 @@ def test_best_pattern_heatmap_writes_the_argmax_of_each_cell():
         plot_best_pattern({"ks": []})
 
 
-def test_stacked_best_patterns_are_legible_at_page_width():
-    from hoplib.evaluate import best_find_per_head
-    from hoplib.plots import check_legible, plot_best_patterns
-
-    task = HopTask(seq_len=24, max_hops=3)
-    table = best_find_per_head(PatternModel(task), task, ks=[1, 2, 3], n_samples=4, device="cpu")
-    fig = plot_best_patterns({"a": table, "b": table})
-    assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
-    check_legible(fig)
-    with pytest.raises(ValueError):
-        plot_best_patterns({})
-
-
 # ----------------------------------------------------------------------------- models that do not fit the task
 class _TinyModel(nn.Module):
     """Embedding + linear map with chosen numbers of embedding rows and output classes."""
@@ -232,7 +204,7 @@ def test_per_k_error_rejects_a_model_with_too_few_output_classes():
     with pytest.raises(ValueError, match="logits per position"):
         per_k_error(model, task, n_samples=4, device="cpu")
     with pytest.raises(ValueError, match="logits per position"):
-        error_records(model, task, n_samples=4, device="cpu")
+        per_k_errors(model, task, n_samples=4, device="cpu")
 
 
 def test_per_k_error_checks_a_gpt_config_against_the_task():
@@ -251,16 +223,3 @@ def test_predictions_checks_the_logits_shape():
     assert predictions(_TinyModel(task.vocab_size, 5), x).shape == x.shape  # no class count asked for
     with pytest.raises(ValueError, match="5 logits per position"):
         predictions(_TinyModel(task.vocab_size, 5), x, num_classes=task.vocab_size)
-
-
-def test_copy_letter_error_is_zero_at_k0_and_one_at_k1():
-    from hoplib.evaluate import copy_letter_error
-
-    task = HopTask(seq_len=24, alphabet_size=4, max_hops=3)
-    err = copy_letter_error(task, n_samples=300)
-    assert list(err) == [0, 1, 2, 3]
-    assert err[0] == 0.0 and err[1] == 1.0  # no immediate repeats: hop_1 is never the current letter
-    assert 0.2 < err[2] < 0.8 and err[3] > 0.75  # neither always right nor always wrong
-    assert copy_letter_error(task, n_samples=300, metric="pooled")[1] == 1.0
-    with pytest.raises(ValueError, match="metric"):
-        copy_letter_error(task, metric="mean")

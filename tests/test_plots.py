@@ -1,4 +1,4 @@
-"""Tests of hoplib.plots: the book's figure style, the legibility check and the hop statistics figure."""
+"""Tests of hoplib.plots: the book's figure style and the legibility check."""
 
 from __future__ import annotations
 
@@ -47,16 +47,4 @@ def test_check_legible_names_small_texts_and_ignores_hidden_ones():
     hidden = _figure(6, 10, hidden_axis=True)
     hidden.axes[0].tick_params(labelsize=2)  # invisible with the axis off
     assert plots.check_legible(hidden) >= plots.MIN_TEXT_PX
-    plt.close("all")
-
-
-def test_hop_statistics_figure_has_integer_k_ticks():
-    from hoplib.tasks import HopTask, hop_statistics
-
-    records = hop_statistics(HopTask(seq_len=24, max_hops=16), range(17), n_samples=16)
-    axes = plots.plot_hop_statistics(records)
-    axes[0].figure.canvas.draw()
-    for ax in axes:
-        assert all(float(t).is_integer() for t in ax.get_xticks())
-    plots.check_legible(axes[0].figure)
     plt.close("all")

@@ -1,4 +1,4 @@
-"""Tests of hoplib.released: the authors' checkpoints in hoplib's GPT, their cache, and the comparison tables."""
+"""Tests of hoplib.released: the authors' checkpoints in hoplib's GPT, their cache and their evaluation."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 from urllib.error import URLError
 
 import matplotlib
-import pandas as pd
 import pytest
 import torch
 import torch.nn as nn
@@ -285,8 +284,8 @@ def test_evaluate_model_returns_both_metrics_dropout_errors_and_alignment(small_
     json.dumps(data)  # storable as JSON
     scores = released.decode_alignment(data["alignment"])
     assert scores.shape == (2, 4, 2, 19) and data["alignment"]["patterns"][0] == "prev"
-    direct = evaluate.alignment_scores(small_model, released.released_task(), k=2, js=range(17), n_samples=2,
-                                       start=True, device="cpu")["scores"]
+    direct = evaluate.best_find_per_head(small_model, released.released_task(), ks=[2], js=range(17),
+                                         n_samples=2, device="cpu")["scores"][:, :, 0]
     assert torch.allclose(scores[:, :, 1], direct, atol=5e-4)
 
 
@@ -298,59 +297,6 @@ def test_alignment_encoding_round_trips_to_a_thousandth():
     enc["scores_permille"][0][0].pop()
     with pytest.raises(ValueError):
         released.decode_alignment(enc)
-
-
-# --------------------------------------------------------------------------- comparison and thresholds
-def test_published_errors_hold_the_authors_grid():
-    pub = released.published_errors()
-    assert (2, 4, -1) in pub and (6, 8, -1) in pub and (4, 4, 1000) in pub
-    assert list(pub[(2, 4, -1)]) == list(range(17))
-    assert pub[(2, 4, -1)][16] > 0.5 > pub[(6, 4, -1)][8]  # chance-level at depth 2, solved at depth 6
-
-
-def test_comparison_table_puts_published_beside_reevaluated():
-    errs = {m: {"1": 0.01, "2": 0.2} for m in ("paper", "pooled", "pooled_dropout")}
-    pub = {(2, 4, -1): {1: 0.02, 2: 0.1}}
-    table = released.comparison_table({"width4-depth2": {"errors": errs}}, pub)
-    assert list(table["k"]) == [1, 2] and list(table["n_train"]) == [-1, -1]
-    assert table["diff"].round(6).tolist() == [-0.01, 0.1]
-    with pytest.raises(KeyError):
-        released.comparison_table({"width4-depth9": {"errors": errs}}, pub)
-
-
-def test_depth_thresholds_name_the_formula_the_smallest_good_depth_follows():
-    errors = {2: {1: 0.0, 2: 0.3, 3: 0.5, 4: 0.6, 5: 0.7},
-              3: {1: 0.0, 2: 0.01, 3: 0.04, 4: 0.2, 5: 0.3},
-              4: {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.03, 5: 0.2},
-              5: {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0, 5: 0.1}}
-    t = released.depth_thresholds(errors, 0.05).set_index("k")
-    assert t.loc[1, "follows"] == "both" and t.loc[2, "follows"] == "both"  # L* = 2, 3 at powers of two
-    assert t.loc[3, "L_star"] == 3 and t.loc[3, "follows"] == "floor"
-    assert t.loc[4, "L_star"] == 4 and t.loc[5, "follows"] == "above ceil"  # depth 5 = ceil(5) fails
-    upto4 = released.depth_thresholds({d: errors[d] for d in (2, 3, 4)}, 0.05).set_index("k")
-    assert upto4.loc[5, "follows"] == "above floor"  # depth 4 = floor(5) fails, ceil(5) = 5 untried
-    shallow = released.depth_thresholds({d: errors[d] for d in (2, 3)}, 0.05).set_index("k")
-    assert shallow.loc[5, "follows"] == "not reached" and pd.isna(shallow.loc[5, "L_star"])
-    errors[3][3] = 0.2
-    assert released.depth_thresholds(errors, 0.05).set_index("k").loc[3, "follows"] == "ceil"
-    errors[4][3] = 0.2
-    assert released.depth_thresholds(errors, 0.05).set_index("k").loc[3, "follows"] == "above ceil"
-    errors[2][4] = 0.0
-    t = released.depth_thresholds(errors, 0.05).set_index("k")
-    assert t.loc[4, "L_star"] == 2 and t.loc[4, "follows"] == "below floor" and t.loc[4, "max_depth"] == 5
-    with pytest.raises(ValueError):
-        released.depth_thresholds({}, 0.05)
-
-
-def test_best_pattern_table_restricted_to_find_1_and_up_as_the_authors():
-    scores = torch.zeros(1, 1, 1, 4)
-    scores[..., 0] = 0.9  # prev is best overall ...
-    scores[..., 3] = 0.5  # ... find^2 best among find^1..
-    enc = released.encode_alignment({"ks": [3], "patterns": ["prev", "find^0", "find^1", "find^2"],
-                                     "scores": scores})
-    ours, theirs = released.best_pattern_table(enc), released.best_pattern_table(enc, authors=True)
-    assert ours["patterns"][int(ours["best"][0, 0, 0])] == "prev"
-    assert theirs["patterns"] == ["find^1", "find^2"] and theirs["patterns"][int(theirs["best"][0, 0, 0])] == "find^2"
 
 
 # --------------------------------------------------------------------------- the real released files, if cached
@@ -370,23 +316,6 @@ def test_released_depth2_model_has_table3_parameters_and_matches_huggingface():
 
 
 # --------------------------------------------------------------------------- summaries of stored results
-@pytest.fixture
-def fake_table():
-    pub = {(2, 4, -1): {1: 0.1, 2: 0.4}, (3, 4, -1): {1: 0.02, 2: 0.05}, (2, 4, 1000): {1: 0.3, 2: 0.6}}
-    data = {}
-    for name, shift in (("width4-depth2", 0.0), ("width4-depth3", 0.0), ("width4-depth2-samples1k", 0.1)):
-        key = released.info(name).key
-        data[name] = {"errors": {"pooled": {str(k): e / 2 for k, e in pub[key].items()},
-                                 "paper": {str(k): e / 2 for k, e in pub[key].items()},
-                                 "pooled_dropout": {str(k): e + shift for k, e in pub[key].items()}}}
-    return released.comparison_table(data, pub)
-
-
-def test_errors_by_depth_selects_one_training_size(fake_table):
-    assert released.errors_by_depth(fake_table, "published") == {2: {1: 0.1, 2: 0.4}, 3: {1: 0.02, 2: 0.05}}
-    assert released.errors_by_depth(fake_table, "pooled", n_train=1000) == {2: {1: 0.15, 2: 0.3}}
-
-
 def test_load_stored_results_finds_files_by_model_name(tmp_path):
     from hoplib._book.results import save_results
 

@@ -139,16 +139,6 @@ def test_group_plot_draws_one_line_per_group_and_depth():
     plt.close("all")
 
 
-def test_heatmap_writes_every_value_with_depths_as_rows():
-    recs = records_from_table(_synthetic(seeds=(0,)))
-    ax = report.plot_error_heatmap(recs, plt.figure().gca())
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["2", "3", "4"]
-    assert _tick_labels(ax) == ["0", "1", "2", "3"]
-    texts = [t.get_text() for t in ax.texts]
-    assert len(texts) == 12 and texts.count(".00") == 6 and texts.count(".50") == 6
-    plt.close("all")
-
-
 def test_largest_solved_stops_at_the_first_failure():
     recs = records_from_table(_synthetic(seeds=(0,)))
     assert report.largest_solved(recs, threshold=0.05) == {2: 0, 3: 1, 4: 2}

@@ -1,4 +1,4 @@
-"""Tests of the support modules: device choice, provenance files, the chapter runner, baselines, checkers."""
+"""Tests of the support modules: device choice, provenance files, the chapter runner, benchmark baseline, checkers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import hoplib
-from hoplib import baselines
 from hoplib._book import device, notebook, results
 from hoplib.tasks import HopTask, hop_reference
 
@@ -70,9 +69,21 @@ def test_chapter_run_validates_and_saves(tmp_path, capsys):
         notebook.start("demo", "huge", "cpu", 0, "", profiles)
 
 
-def test_authors_style_generator_agrees_with_hoptask_layout():
+def _chapter_generator() -> dict:
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_tasks.py"
+    spec = importlib.util.spec_from_file_location("bench_tasks", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.chapter_generator()
+
+
+def test_benchmark_runs_the_chapters_authors_style_generator_in_hoptask_layout():
+    gen = _chapter_generator()
     task = HopTask(seq_len=40, max_hops=6)
-    inputs, targets = baselines.authors_style_sample(task, 20, np.random.default_rng(0))
+    inputs, targets = gen["authors_style_sample"](task, 20, np.random.default_rng(0))
     assert inputs.shape == targets.shape == (20, 39)
     v = task.vocab
     for row in range(20):
@@ -81,10 +92,7 @@ def test_authors_style_generator_agrees_with_hoptask_layout():
         assert (letters[1:] != letters[:-1]).all()
         expected = [a + v.first_letter if a >= 0 else v.no_answer for a in hop_reference(letters.tolist(), k)]
         assert targets[row, 1:].tolist() == expected and targets[row, 0] == v.blank
-
-
-def test_measure_throughput_counts_items():
-    out = baselines.measure_throughput(lambda: None, 10, min_seconds=0.01)
+    out = gen["measure_throughput"](lambda: None, 10, min_seconds=0.01)
     assert out["calls"] >= 1 and out["items_per_s"] > 0
 
 

@@ -198,3 +198,44 @@ def test_a_bad_shard_is_a_one_line_usage_error(tmp_path, capsys, shard):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--shard" in err[0] and "Traceback" not in err[0]
     assert not list(tmp_path.iterdir())
+
+
+def _run_training_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_training", ROOT / "scripts" / "run_training.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.parametrize("flags, ensemble, compile", [
+    ([], False, False), (["--ensemble"], True, False), (["--ensemble", "arch"], True, False),
+    (["--ensemble", "width"], "width", False), (["--compile"], False, True),
+    (["--compile", "reduce-overhead", "--ensemble", "width"], "width", "reduce-overhead"),
+])
+def test_cli_passes_the_ensemble_and_compile_modes_to_the_sweep(tmp_path, monkeypatch, flags, ensemble, compile):
+    script, seen = _run_training_script(), {}
+    monkeypatch.setattr(script.sweep, "run_sweep", lambda name, out, **kw: seen.update(kw) or [])
+    assert script.cli(["--grid", "quick", "--out", str(tmp_path), *flags]) == 0
+    assert (seen["ensemble"], seen["compile"]) == (ensemble, compile)
+
+
+@pytest.mark.parametrize("flags", [["--ensemble", "depth"], ["--compile", "fast"], ["--ensemble", "--depth", "2"]])
+def test_cli_rejects_unknown_modes_and_an_ensemble_of_one_run_in_one_line(tmp_path, capsys, flags):
+    code = _run_training_script().cli(["--out", str(tmp_path / "run"), "--d-model", "16", "--heads", "2",
+                                       "--steps", "5", *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and ("--ensemble" in err[0] or "--compile" in err[0])
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_trains_a_width_ensemble_of_a_tiny_grid(tmp_path, monkeypatch):
+    tiny = Grid(depths=(1, 2), widths=((16, 2),), settings=TINY)
+    monkeypatch.setitem(GRIDS, "quick", tiny)
+    script = _run_training_script()
+    assert script.cli(["--grid", "quick", "--out", str(tmp_path), "--ensemble", "width", "--no-progress",
+                       "--device", "cpu"]) == 0
+    for c in tiny.configs():
+        rec = json.loads((tmp_path / run_name(c) / "results.json").read_text())
+        assert rec["complete"] and rec["provenance"]["ensemble_size"] == 2

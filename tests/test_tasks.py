@@ -8,7 +8,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib import tasks
 from hoplib.tasks import HopTask, find, find_k, hop, hop_reference, letters_to_str, str_to_letters
 
 
@@ -186,15 +185,6 @@ def test_hoptask_sample_rejects_k_outside_the_task():
     task = HopTask(max_hops=4, min_hops=1)
     with pytest.raises(ValueError, match=r"k must be in \[1, 4\]"):
         task.sample(2, k=5)
-
-
-def test_hop_statistics_records():
-    task = HopTask()
-    stats = tasks.hop_statistics(task, [0, 1, 16], n_samples=64, seed=0)
-    assert [r["k"] for r in stats] == [0, 1, 16]
-    assert stats[0]["no_answer_share"] == 0 and stats[0]["mean_distance"] == 0
-    assert stats[1]["no_answer_share"] < stats[2]["no_answer_share"]
-    assert stats[1]["mean_distance"] < stats[2]["mean_distance"]
 
 
 def test_string_helpers_validate():

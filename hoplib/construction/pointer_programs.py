@@ -1,29 +1,14 @@
-"""How many hops can L layers of lookUp / lastOccurrence reach? Exhaustive searches with unlimited width:
-over *composition programs* on hop counts (:func:`reachable_hops`), and over programs of the two primitives on
-pointer maps evaluated on probe sequences (:func:`search_programs`; position 0 is the start token, ⊥)."""
+"""How many hops can L layers of lookUp / lastOccurrence reach? An exhaustive search with unlimited width over
+programs of the two primitives on pointer maps evaluated on probe sequences (:func:`search_programs`; position 0
+is the start token, ⊥); the chapter's simpler search over composition programs on hop counts is in the chapter."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hoplib.tasks import hop
-
-
-def reachable_hops(n_layers: int, heads: int = 1) -> set[int]:
-    """Every hop count some register holds after some composition program of
-    depth ``n_layers``: layers 1-2 leave the registers {0, 1}; each later
-    layer does ``heads`` lookUps at registers it holds."""
-    states = {frozenset({0, 1})}
-    for _ in range(n_layers - 2):
-        nxt = set()
-        for s in states:
-            for picks in itertools.combinations_with_replacement(sorted(s), heads):
-                nxt.add(frozenset(s.union(*({a + b for b in s} for a in picks))))
-        states = nxt
-    return set().union(*states)
 
 
 def probe_sequences(n_seq: int = 48, n: int = 28, alphabet_size: int = 4, seed: int = 0) -> np.ndarray:

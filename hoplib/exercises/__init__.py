@@ -38,12 +38,6 @@ def to_list(v: Any) -> Any:
     return v.detach().cpu().tolist() if isinstance(v, torch.Tensor) else v.tolist() if isinstance(v, np.ndarray) else v
 
 
-def rounded(v: Any, digits: int = 6) -> float | None:
-    """A scalar answer rounded to ``digits`` decimals (None for NaN), so float noise is not a failure."""
-    v = float(v.item() if isinstance(v, torch.Tensor) else v)
-    return None if v != v else round(v, digits)
-
-
 def check_function(user_fn: Callable[..., Any], reference_fn: Callable[..., Any], cases: Iterable[tuple], *,
                    name: str = "your function", describe: str | Callable[[tuple], str] | None = None,
                    answer: Callable[[Any], Any] = to_list, max_failures: int = 3) -> CheckResult:
