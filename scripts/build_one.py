@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
             return 2
     work = ROOT / ".tmp" / f"build-{argv[0].replace('/', '-')}"
     try:  # read-only, no room: one line before the old build is removed
-        check_writable(work.parent, option="build")
+        check_writable(work.parent, what="build folder")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

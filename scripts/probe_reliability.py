@@ -5,7 +5,13 @@
 Every probe runs in a temporary folder and ends in one of: ``clear error`` (a ValueError/TypeError or a CLI exit
 status 2 with one line, before any work), ``correct`` (a right answer or a refusal that keeps the data),
 ``silent wrong`` (a plausible but wrong result), ``unhelpful crash`` (any other exception, or a traceback from
-a command line) or ``data loss`` (a stored result or notebook gone or replaced). The last three must be zero.
+a command line, or work started before a fault was reported), ``data loss`` (a stored result or notebook gone
+or replaced) or ``path escape`` (a file written outside the output folder). The last four must be zero.
+
+The output faults of issue 28 are real: a full disk is a cap on file size (``RLIMIT_FSIZE``; Python ignores
+SIGXFSZ, so a write past it fails with EFBIG), a read-only folder is chmod 555 (as root, run without the
+capabilities that ignore it: ``setpriv`` drops CAP_DAC_OVERRIDE), a disk that fills mid-run is a cap just under
+the size the command's files reach.
 """
 
 from __future__ import annotations
@@ -164,6 +170,12 @@ def probes_notebooks(tmp: Path) -> dict[str, str]:
     out["papermill run with seed -1"] = "data loss" if not marker.exists() else _clear_cli(rc, err)
     rc, err = _cli([*runner, "-p", "seeed", "3"], ROOT)
     out["papermill run with an unknown parameter"] = _clear_cli(rc, err)
+    escape = [sys.executable, str(ROOT / "scripts" / "notebooks.py"), "run", "../chapters/hop_task", "--out",
+              str(tmp / "w" / "runs")]
+    rc, err = _cli(escape, ROOT)
+    outside = [tmp / "w" / "chapters", ROOT / "chapters" / "hop_task"]
+    out["papermill run of a chapter path ../chapters/x"] = ("path escape" if any(p.exists() for p in outside)
+                                                            else _clear_cli(rc, err))
     return out
 
 
@@ -252,6 +264,7 @@ def _mid_run(name: str, argv: list[str], target: Path, fsize: int, resume: list[
     """A disk that fills after some points: one line that says what was kept, then a rerun that resumes."""
     rc, _, err = _run([*argv, "--out", str(target)], fsize=fsize)
     if rc is None or "Traceback" in err or len(err.splitlines()) != 1:
+        print(f"{name}: exit status {rc}, stderr:\n{err}", file=sys.stderr)
         return "unhelpful crash"
     if rc == 0:
         return "unexpected rc 0"  # the cap did not bite: the probe is wrong, not the command
@@ -279,7 +292,8 @@ def probes_mid_run(tmp: Path) -> dict[str, str]:
             continue
         whole = json.loads(free.read_text())["data"]
         target = tmp / f"{name}-full.json"
-        verdict = _mid_run(name, argv, target, free.stat().st_size - 1, resume)
+        # the last write of the free run's size less about half a point (timings change a file by a few bytes)
+        verdict = _mid_run(name, argv, target, free.stat().st_size - 150, resume)
         if verdict == "correct" and json.loads(target.read_text())["data"] != _without_time(whole, target):
             verdict = "silent wrong"
         out[f"{name}: disk fills after some points"] = verdict
@@ -317,6 +331,17 @@ def probes_data_loss(tmp: Path) -> dict[str, str]:
         rc, _, err = _run([*argv, "--out", str(stored)])
         out[f"{name}: a stored results file, no --overwrite"] = (
             "data loss" if stored.read_text() != "stored" else _before_work(rc, err))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:  # two runs on one results file: the second is refused while the first lives
+        for name, argv in FILE_COMMANDS.items():
+            target = tmp / f"locked-{name}.json"
+            target.with_name(f".{target.name}.lock").write_text(str(holder.pid))
+            rc, _, err = _run([*argv, "--out", str(target)])
+            out[f"{name}: a second run on one results file"] = (
+                "data loss" if target.exists() else _before_work(rc, err))
+    finally:
+        holder.kill()
+        holder.wait()
     out["run_construction: killed after 2 of 4 points"] = _killed_after(
         [str(SCRIPTS / "run_construction.py"), "precision", "--ns", "16,24,32,40", "--total-letters", "256"],
         tmp / "killed.json", 2, 4)
@@ -367,8 +392,8 @@ def main() -> int:
         print(f"{verdict:16s} {name}")
     counts = Counter(results.values())
     print(", ".join(f"{v}: {counts[v]}" for v in ("clear error", "correct", "silent wrong", "unhelpful crash",
-                                                  "data loss")) + f" ({len(results)} probes)")
-    bad = counts["silent wrong"] + counts["unhelpful crash"] + counts["data loss"] + sum(
+                                                  "data loss", "path escape")) + f" ({len(results)} probes)")
+    bad = counts["silent wrong"] + counts["unhelpful crash"] + counts["data loss"] + counts["path escape"] + sum(
         n for v, n in counts.items() if v.startswith("unexpected"))
     return 1 if bad else 0
 

@@ -39,15 +39,15 @@ class OutputError(OSError):
     :func:`check_writable`)."""
 
 
-def check_writable(folder: str | os.PathLike, *, option: str = "--out") -> Path:
+def check_writable(folder: str | os.PathLike, *, what: str = "output folder") -> Path:
     """Before any work: make ``folder`` (and its parents), then create, write (4 KiB), fsync and remove a
     temporary file in it. One-line :class:`ValueError` naming the folder and the reason when it is a file, under
     a file, read-only, or on a full disk; folders it made are removed again."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{option} {folder} is a file, not a folder")
+        raise ValueError(f"cannot write to the {what} {folder}: it is a file, not a folder")
     if file := next((p for p in folder.parents if p.exists() and not p.is_dir()), None):
-        raise ValueError(f"{option} {folder} is inside {file}, which is a file, not a folder")
+        raise ValueError(f"cannot write to the {what} {folder}: {file} is a file, not a folder")
     made = [p for p in (folder, *folder.parents) if not p.exists()]
     tmp = folder / f".write-check.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
     try:
@@ -67,7 +67,7 @@ def check_writable(folder: str | os.PathLike, *, option: str = "--out") -> Path:
             except OSError:
                 break
         where = f" ({exc.filename})" if exc.filename and Path(exc.filename) not in (folder, tmp) else ""
-        raise ValueError(f"cannot write to the {option} folder {folder}: {exc.strerror or exc}{where}") from exc
+        raise ValueError(f"cannot write to the {what} {folder}: {exc.strerror or exc}{where}") from exc
     return folder
 
 
@@ -136,7 +136,7 @@ def check_results_path(path: str | os.PathLike, *, overwrite: bool = False, opti
         raise ValueError(f"{option} {path} is a folder; give the path of a results file")
     if path.exists() and not overwrite:
         raise ValueError(f"{path} exists; pass --overwrite to replace it")
-    check_writable(path.parent, option=option)
+    check_writable(path.parent)
     return path
 
 
