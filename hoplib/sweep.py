@@ -71,8 +71,12 @@ def map_points(fn: Job, points: Sequence[Any], *, workers: int = 1, device: str 
     else:
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_one_thread) as pool:
             futures = {pool.submit(fn, i, points[i]): i for i in todo}
-            for future in as_completed(futures):
-                finished(futures[future], future.result())
+            try:
+                for future in as_completed(futures):
+                    finished(futures[future], future.result())
+            except BaseException:  # a failed point or a failed save: start no further points
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     return [done[i] for i in range(len(points))]
 
 
@@ -81,31 +85,65 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
     """Run ``job`` on every point and store the records (flattened) in ``path`` with provenance.
 
     Finished points are kept in ``<stem>.partial.json`` (with the points and parameters they belong to); a
-    later call with the same points and parameters resumes from it, a call with others starts afresh.
+    later call with the same points and parameters resumes from it, a call with others is refused unless
+    ``overwrite`` (which discards it). The output is checked before the first point (:func:`check_results_path`);
+    a write that fails later raises :class:`~hoplib._book.results.OutputError` saying what the partial file keeps.
     """
-    from hoplib._book.results import save_results
+    from hoplib._book.results import check_results_path, exclusive
 
-    path = Path(path)
-    if path.exists() and not overwrite:
+    path = check_results_path(path, overwrite=overwrite)  # a folder, an existing file, no room: before any work
+    with exclusive(path):  # a second process on the same file is refused, not raced
+        return _run_sweep(job, points, path, params, device=device, workers=workers, overwrite=overwrite,
+                          executor=executor)
+
+
+def _run_sweep(job: Job, points: Sequence[Any], path: Path, params: dict[str, Any], *, device: str,
+               workers: int, overwrite: bool, executor: Any) -> list[Any]:
+    from hoplib._book.results import OutputError, save_results
+
+    if path.exists() and not overwrite:  # written by another process between the check and the lock
         raise ValueError(f"{path} exists; pass --overwrite to replace it")
     partial = path.with_name(path.stem + ".partial.json")
     key = json.loads(json.dumps({"points": list(points), "params": params}, default=str))
     done: dict[int, Any] = {}
     if partial.exists():
-        kept = json.loads(partial.read_text(encoding="utf-8"))["data"]
-        if {"points": kept["points"], "params": kept["params"]} == key:
-            done = {int(i): r for i, r in kept["done"].items()}
+        try:
+            held = json.loads(partial.read_text(encoding="utf-8"))["data"]
+            same = {"points": held["points"], "params": held["params"]} == key
+            n_held = len(held["done"])
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{partial} is not a partial sweep file ({exc}); move it away to start afresh") from exc
+        if same:
+            done = {int(i): r for i, r in held["done"].items()}
             print(f"resuming {path.name}: {len(done)} of {len(points)} points already done")
+        elif not overwrite:  # finished points of other settings are data too
+            diff = sorted(k for k in set(held["params"]) | set(key["params"])
+                          if held["params"].get(k) != key["params"].get(k)) or ["points"]
+            raise ValueError(f"{partial} holds {n_held} finished points of other settings (differing: "
+                             f"{', '.join(map(str, diff))}); rerun with those settings to resume it, or pass "
+                             "--overwrite to discard it")
+
+    stored = [len(done)]  # points in the partial file on disk
 
     def keep(_: list[Any]) -> None:
-        save_results(partial, {**key, "done": {str(i): r for i, r in sorted(done.items())}},
-                     {**params, "complete": False}, device)
+        try:
+            save_results(partial, {**key, "done": {str(i): r for i, r in sorted(done.items())}},
+                         {**params, "complete": False}, device)
+        except OSError as exc:  # disk full, folder gone read-only: say what is kept, no traceback
+            what = f"{partial} keeps {stored[0]} of them" if stored[0] else "no point was stored"
+            raise OutputError(f"cannot write {partial} ({exc.strerror or exc}) after {len(done)} of {len(points)} "
+                              f"points; {what}; free space and rerun the same command to resume") from exc
+        stored[0] = len(done)
 
     t0 = time.perf_counter()
     results = map_points(job, points, workers=workers, device=device, executor=executor, done=done,
                          on_result=keep)
     rows = [r for res in results for r in (res if isinstance(res, list) else [res])]
-    out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
+    try:
+        out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); {partial} keeps all {len(points)} "
+                          "points; free space and rerun the same command to write it") from exc
     partial.unlink(missing_ok=True)
     print(f"wrote {out} ({len(rows)} records, {time.perf_counter() - t0:.0f} s)")
     return rows

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hoplib._book.device import autocast, get_device, seed_everything
-from hoplib._book.results import atomic_write, atomic_write_text, provenance
+from hoplib._book.results import LockedError, atomic_write, atomic_write_text, check_writable, provenance, take_lock
 from hoplib.evaluate import per_k_error, per_k_errors, samples_per_k
 from hoplib.models import GPT, GPTConfig, GPTEnsemble, check_ids, count_parameters
 from hoplib.tasks import HopTask
@@ -511,7 +511,9 @@ def finished_results(out: str | os.PathLike, config: RunConfig) -> dict[str, Any
 
 def _claim_output(out: Path, config: RunConfig, overwrite: bool) -> dict[str, Any] | None:
     """The finished record of ``config`` in ``out`` (nothing to do), or None to train; with ``overwrite`` the
-    folder's run files are discarded first; otherwise :class:`RunConflictError` if they belong to another run."""
+    folder's run files are discarded first; otherwise :class:`RunConflictError` if they belong to another run.
+    A folder without room for a file is refused here, before training (:func:`check_writable`)."""
+    check_writable(out)
     files = [out / n for n in ("results.json", "model.pt", "checkpoint.pt")]
     for f in files:
         remove_stale_temporaries(f)
@@ -608,38 +610,11 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.
 
 def _lock(out: Path) -> Path:
     """Create ``out/.lock`` holding this process's PID, taking over the lock of a process that is gone;
-    :class:`RunConflictError` naming the PID while a live process holds it."""
-    lock = out / ".lock"
-    for attempt in range(20):
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text(encoding="utf-8").strip() or 0)
-            except (OSError, ValueError):  # gone meanwhile, or not a PID
-                pid = 0
-            if not pid and attempt < 10:  # its process is writing its PID: look again
-                time.sleep(0.05)
-                continue
-            if pid and pid != os.getpid() and _alive(pid):
-                raise RunConflictError(f"{out} is being written by the live process {pid} (its lock {lock}); "
-                                       "wait for it to finish or choose another output folder") from None
-            lock.unlink(missing_ok=True)  # stale: its process is gone
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(str(os.getpid()))
-        return lock
-    raise RunConflictError(f"cannot take the lock {lock}: other processes keep taking it")
-
-
-def _alive(pid: int) -> bool:
+    :class:`RunConflictError` naming the PID while a live process holds it (:func:`take_lock`)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        return True
-    return True
+        return take_lock(out / ".lock", out)
+    except LockedError as exc:
+        raise RunConflictError(str(exc)) from None
 
 
 def config_argv(config: RunConfig) -> list[str]:

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hoplib._book.results import check_writable
+
 ROOT = Path(__file__).resolve().parent.parent
 LABEL = re.compile(r"^\(([\w-]+)\)=\s*$", re.M)
 NAMED = re.compile(r"^:name: ([\w-]+)\s*$", re.M)
@@ -31,6 +33,19 @@ def main(argv: list[str]) -> int:
             print(f"no chapter chapters/{name}.md", file=sys.stderr)
             return 2
     work = ROOT / ".tmp" / f"build-{argv[0].replace('/', '-')}"
+    try:  # read-only, no room: one line before the old build is removed
+        check_writable(work.parent, what="build folder")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _build(argv, work)
+    except OSError as exc:  # a disk that fills while copying: only the private build folder is incomplete
+        print(f"error: {exc}; only {work} is incomplete, the checkout is untouched", file=sys.stderr)
+        return 1
+
+
+def _build(argv: list[str], work: Path) -> int:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)

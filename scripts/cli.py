@@ -16,17 +16,25 @@ from hoplib.sweep import slurm_executor
 
 def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = None, *,
             failures: tuple[type[BaseException], ...] = ()) -> int:
-    """Run ``main(argv)``; return 0, 2 for a user error (argparse, ``ValueError``, ``TypeError``: bad arguments,
-    unusable folders, bad files), or 1 for one of ``failures`` (e.g. a diverged training run), each printed as
-    one line ``error: ...`` on stderr instead of a traceback."""
+    """Run ``main(argv)``; return 0, 2 for a user error (argparse, ``ValueError``, ``TypeError``,
+    ``SystemExit("message")``: bad arguments, unusable or full output folders, files that exist, bad files), or 1
+    for one of ``failures`` (e.g. a diverged training run) or an ``OSError`` in the middle of the work (a disk
+    that fills: :class:`~hoplib._book.results.OutputError` says what was kept), each printed as one line
+    ``error: ...`` on stderr instead of a traceback."""
     try:
         main(argv)
-    except SystemExit as exc:  # argparse's one-line errors (status 2), --help (0)
-        return exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # argparse's one-line errors (status 2), --help (0), sys.exit("message")
+        if isinstance(exc.code, int) or exc.code is None:
+            return exc.code or 0
+        print(f"error: {exc.code}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except failures as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # after the checks before the work: a fault of the machine, not of the arguments
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

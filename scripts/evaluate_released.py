@@ -20,7 +20,10 @@ from pathlib import Path
 import torch
 
 from hoplib import models, released
-from hoplib._book.results import save_results
+from hoplib._book.results import OutputError, check_writable, save_results
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
+from cli import run_cli  # noqa: E402
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,6 +78,7 @@ def evaluate_one(args: argparse.Namespace, name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    check_writable(args.out)  # a file, read-only, no room: one line before any copying or evaluating
     if args.threads:
         torch.set_num_threads(args.threads)
     wanted = released.names() if not args.names else [released.info(n).name for n in args.names]
@@ -83,15 +87,28 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:
         print("no released checkpoints in the cache; use --from-git-dir or --download", file=sys.stderr)
         return 1
+    written: list[str] = []
     for name in todo:
         if (args.out / f"{name}.json").exists() and not args.force:
             print(f"{name}: results exist, skipped (--force to redo)")
             continue
         t = time.perf_counter()
-        out = evaluate_one(args, name)
+        try:
+            out = evaluate_one(args, name)
+        except OSError as exc:  # a disk that fills in the middle: say what is kept
+            kept = f"the results of {', '.join(written)} are kept" if written else "no new results were kept"
+            raise OutputError(f"{name}: {exc}; {kept}; free space and rerun the same command (finished "
+                              "models are skipped)") from exc
+        written.append(name)
         print(f"{name}: {out} ({time.perf_counter() - t:.0f} s)", flush=True)
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main` with one-line errors (``error: ...``): exit 2 for an unusable --out, 1 for a failure."""
+    code = [0]
+    return run_cli(lambda a: code.__setitem__(0, main(a)), argv) or code[0]
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())

@@ -387,7 +387,12 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
     defaults = parameters_cell(jupytext.read(md, fmt="md:myst"))
     profile = str(parameters.get("profile", defaults.get("profile", "quick")))
     final = out.resolve() / chapter / profile
-    final.mkdir(parents=True, exist_ok=True)
+    from hoplib._book.results import check_writable
+
+    try:  # a file, read-only, no room: one line before a kernel starts
+        check_writable(final)
+    except ValueError as exc:
+        raise RunError(str(exc)) from exc
     with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{profile}-running-") as tmp:
         staging = Path(tmp)
         if "out_dir" in defaults and "out_dir" not in parameters:
@@ -399,11 +404,16 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
             execute(source, executed, parameters, md.parent, timeout)
         except Exception as exc:  # noqa: BLE001 - reported in one line, the full traceback goes to a file
             log = final / f"{chapter}.failed.log"
-            log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+            try:
+                log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+                where = f"full log: {log}"
+            except OSError as log_exc:  # the disk that made the run fail may have no room for its log
+                log.unlink(missing_ok=True)
+                where = f"no log was written ({log_exc.strerror or log_exc})"
             if executed.exists():
                 os.replace(executed, final / f"{chapter}.failed.ipynb")
             kept = " (the previous notebook is kept)" if (final / f"{chapter}.ipynb").exists() else ""
-            raise RunError(f"{chapter} failed: {_failure_line(exc)}{kept}; full log: {log}", code=1) from exc
+            raise RunError(f"{chapter} failed: {_failure_line(exc)}{kept}; {where}", code=1) from exc
         results = staging / chapter / profile
         for path in sorted(results.glob("*")) if results.is_dir() else []:
             os.replace(path, final / path.name)
@@ -450,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     except RunError as err:
         print(f"notebooks.py run: {err}", file=sys.stderr)
         return err.code
+    except OSError as err:  # a disk that fills in the middle: the previous notebook and results are kept
+        print(f"notebooks.py run: {err}; the previous notebook and results files under {args.out} are kept",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -5,7 +5,13 @@
 Every probe runs in a temporary folder and ends in one of: ``clear error`` (a ValueError/TypeError or a CLI exit
 status 2 with one line, before any work), ``correct`` (a right answer or a refusal that keeps the data),
 ``silent wrong`` (a plausible but wrong result), ``unhelpful crash`` (any other exception, or a traceback from
-a command line) or ``data loss`` (a stored result or notebook gone or replaced). The last three must be zero.
+a command line, or work started before a fault was reported), ``data loss`` (a stored result or notebook gone
+or replaced) or ``path escape`` (a file written outside the output folder). The last four must be zero.
+
+The output faults of issue 28 are real: a full disk is a cap on file size (``RLIMIT_FSIZE``; Python ignores
+SIGXFSZ, so a write past it fails with EFBIG), a read-only folder is chmod 555 (as root, run without the
+capabilities that ignore it: ``setpriv`` drops CAP_DAC_OVERRIDE), a disk that fills mid-run is a cap just under
+the size the command's files reach.
 """
 
 from __future__ import annotations
@@ -164,7 +170,211 @@ def probes_notebooks(tmp: Path) -> dict[str, str]:
     out["papermill run with seed -1"] = "data loss" if not marker.exists() else _clear_cli(rc, err)
     rc, err = _cli([*runner, "-p", "seeed", "3"], ROOT)
     out["papermill run with an unknown parameter"] = _clear_cli(rc, err)
+    escape = [sys.executable, str(ROOT / "scripts" / "notebooks.py"), "run", "../chapters/hop_task", "--out",
+              str(tmp / "w" / "runs")]
+    rc, err = _cli(escape, ROOT)
+    outside = [tmp / "w" / "chapters", ROOT / "chapters" / "hop_task"]
+    out["papermill run of a chapter path ../chapters/x"] = ("path escape" if any(p.exists() for p in outside)
+                                                            else _clear_cli(rc, err))
     return out
+
+
+# --------------------------------------------------------------------------- output faults (issue 28)
+SCRIPTS = ROOT / "scripts"
+READ_ONLY = (["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+              "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else [])
+"""A read-only folder is chmod 555; root ignores modes, so as root the command runs without the capabilities
+that let it (setpriv drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH)."""
+
+FOLDER_COMMANDS = {  # --out is a folder (a results root, a run folder, a notebook folder)
+    "run_training (one run)": TRAIN[1:],
+    "run_training --grid quick": [str(SCRIPTS / "run_training.py"), "--grid", "quick", "--no-progress"],
+    "run_rnn": [str(SCRIPTS / "run_rnn.py"), "--part", "training"],
+    "run_efficient_attention": [str(SCRIPTS / "run_efficient_attention.py"), "--part", "matched"],
+    "run_gnn": [str(SCRIPTS / "run_gnn.py"), "--profile", "quick", "--part", "edge"],
+    "evaluate_released": [str(SCRIPTS / "evaluate_released.py"), "--cache-dir", "{tmp}/no-cache"],
+    "notebooks run": [str(SCRIPTS / "notebooks.py"), "run", "hop_task"],
+}
+FILE_COMMANDS = {  # --out is a results file
+    "run_mpc": [str(SCRIPTS / "run_mpc.py"), "layer-regime", "--ns", "64", "--deltas", "0.9"],
+    "run_construction": [str(SCRIPTS / "run_construction.py"), "precision", "--ns", "16", "--total-letters", "64"],
+    "score_runs": [str(SCRIPTS / "score_runs.py"), str(ROOT / "results" / "training" / "small")],
+}
+
+
+def _limits(fsize: int | None):
+    """A ``preexec_fn`` that caps the size of every file the command writes (Python ignores SIGXFSZ, so a write
+    past the cap fails with EFBIG: a disk that is full, or fills)."""
+    if fsize is None:
+        return None
+
+    def cap() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    return cap
+
+
+def _run(argv: list[str], *, fsize: int | None = None, read_only: bool = False,
+         timeout: int = 300) -> tuple[int | None, str, str]:
+    """(exit status or None after ``timeout`` s, stdout, stderr) of ``python argv`` in the checkout."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [*(READ_ONLY if read_only else []), sys.executable, *argv]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout,
+                              preexec_fn=_limits(fsize))
+    except subprocess.TimeoutExpired:
+        return None, "", ""
+    return proc.returncode, proc.stdout, proc.stderr.strip()
+
+
+def _before_work(rc: int | None, err: str) -> str:
+    if rc is None:
+        return "unhelpful crash"  # still working long after the fault: it was not checked first
+    return _clear_cli(rc, err)
+
+
+def probes_output_faults(tmp: Path) -> dict[str, str]:
+    """Disk full, a read-only output folder, an --out that is a file: one line, exit 2, before any work."""
+    out: dict[str, str] = {}
+    afile, ro = tmp / "afile", tmp / "read-only"
+    afile.write_text("kept")
+    ro.mkdir()
+    ro.chmod(0o555)
+    for name, argv in {**FOLDER_COMMANDS, **FILE_COMMANDS}.items():
+        argv = [a.replace("{tmp}", str(tmp)) for a in argv]
+        is_file = name in FILE_COMMANDS
+        leaf = "x.json" if is_file else "x"
+        cases = {"--out is a file" if not is_file else "--out inside a file": (afile / leaf if is_file else afile,
+                                                                              {}),
+                 "read-only output folder": (ro / leaf, {"read_only": True}),
+                 "disk full": (tmp / f"full-{len(out)}" / leaf, {"fsize": 0})}
+        if is_file:
+            cases["--out is a folder"] = (ro.parent, {})
+        for fault, (target, kw) in cases.items():
+            rc, _, err = _run([*argv, "--out", str(target)], **kw)
+            verdict = _before_work(rc, err)
+            if afile.read_text() != "kept" or any(ro.iterdir()):
+                verdict = "data loss"
+            out[f"{name}: {fault}"] = verdict
+    return out
+
+
+def _mid_run(name: str, argv: list[str], target: Path, fsize: int, resume: list[str]) -> str:
+    """A disk that fills after some points: one line that says what was kept, then a rerun that resumes."""
+    rc, _, err = _run([*argv, "--out", str(target)], fsize=fsize)
+    if rc is None or "Traceback" in err or len(err.splitlines()) != 1:
+        print(f"{name}: exit status {rc}, stderr:\n{err}", file=sys.stderr)
+        return "unhelpful crash"
+    if rc == 0:
+        return "unexpected rc 0"  # the cap did not bite: the probe is wrong, not the command
+    if not any(word in err for word in ("kept", "keeps")):
+        return "unhelpful crash"  # one line, but not what was kept
+    rc, stdout, err = _run([*argv, *resume, "--out", str(target)])
+    if rc != 0:
+        return f"unexpected rc {rc}"
+    return "correct"
+
+
+def probes_mid_run(tmp: Path) -> dict[str, str]:
+    """Each writer whose points are stored as they finish, on a disk that fills after the first of them."""
+    out: dict[str, str] = {}
+    runs = {"run_mpc": ([str(SCRIPTS / "run_mpc.py"), "layer-regime", "--ns", "64,80,96,112,128,144,160,176",
+                         "--deltas", "0.85,0.9"], ["--resume"]),  # files over the 4 KiB of the folder check
+            "run_construction": ([str(SCRIPTS / "run_construction.py"), "precision", "--ns",
+                                  "16,24,32,40,48,56,64,72,80", "--total-letters", "64"], []),
+            "score_runs": (FILE_COMMANDS["score_runs"], [])}
+    for name, (argv, resume) in runs.items():
+        free = tmp / f"{name}-free.json"
+        rc, _, err = _run([*argv, "--out", str(free)])
+        if rc != 0:
+            out[f"{name}: disk fills after some points"] = f"unexpected rc {rc}"
+            continue
+        whole = json.loads(free.read_text())["data"]
+        target = tmp / f"{name}-full.json"
+        # the last write of the free run's size less about half a point (timings change a file by a few bytes)
+        verdict = _mid_run(name, argv, target, free.stat().st_size - 150, resume)
+        if verdict == "correct" and json.loads(target.read_text())["data"] != _without_time(whole, target):
+            verdict = "silent wrong"
+        out[f"{name}: disk fills after some points"] = verdict
+    run = tmp / "train-full"  # a training run whose checkpoint does not fit (the folder check does)
+    verdict = _mid_run("run_training", TRAIN[1:], run, 8192, [])
+    if verdict == "correct" and not json.loads((run / "results.json").read_text()).get("complete"):
+        verdict = "silent wrong"
+    out["run_training (one run): disk fills at its first checkpoint"] = verdict
+    return out
+
+
+def _without_time(rows: list, target: Path) -> list:
+    """``rows`` with the wall-clock fields of ``target``'s rows (they differ between two runs)."""
+    again = json.loads(target.read_text())["data"]
+    if len(again) != len(rows):
+        return rows
+    return [{**r, **{k: a[k] for k in ("seconds",) if k in r and k in a}} for r, a in zip(rows, again, strict=True)]
+
+
+def probes_data_loss(tmp: Path) -> dict[str, str]:
+    """A stored results file is never replaced without --overwrite; a killed run resumes from what it kept."""
+    out: dict[str, str] = {}
+    derived = {"run_rnn": "rnn/cpu/training.json", "run_efficient_attention": "efficient_attention/cpu/matched.json",
+               "run_gnn": "gnn/quick/edge_sweep.json"}
+    for name, rel in derived.items():
+        root = tmp / f"stored-{name}"
+        (root / rel).parent.mkdir(parents=True)
+        (root / rel).write_text("stored")
+        rc, _, err = _run([*FOLDER_COMMANDS[name], "--out", str(root)])
+        out[f"{name}: a stored results file, no --overwrite"] = (
+            "data loss" if (root / rel).read_text() != "stored" else _before_work(rc, err))
+    for name, argv in FILE_COMMANDS.items():
+        stored = tmp / f"stored-{name}.json"
+        stored.write_text("stored")
+        rc, _, err = _run([*argv, "--out", str(stored)])
+        out[f"{name}: a stored results file, no --overwrite"] = (
+            "data loss" if stored.read_text() != "stored" else _before_work(rc, err))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:  # two runs on one results file: the second is refused while the first lives
+        for name, argv in FILE_COMMANDS.items():
+            target = tmp / f"locked-{name}.json"
+            target.with_name(f".{target.name}.lock").write_text(str(holder.pid))
+            rc, _, err = _run([*argv, "--out", str(target)])
+            out[f"{name}: a second run on one results file"] = (
+                "data loss" if target.exists() else _before_work(rc, err))
+    finally:
+        holder.kill()
+        holder.wait()
+    out["run_construction: killed after 2 of 4 points"] = _killed_after(
+        [str(SCRIPTS / "run_construction.py"), "precision", "--ns", "16,24,32,40", "--total-letters", "256"],
+        tmp / "killed.json", 2, 4)
+    return out
+
+
+def _killed_after(argv: list[str], target: Path, n: int, total: int) -> str:
+    """SIGKILL a sweep once its partial file holds ``n`` points; the rerun must resume, not restart."""
+    import time
+
+    partial = target.with_name(target.stem + ".partial.json")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, *argv, "--out", str(target)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    held = 0
+    while proc.poll() is None and held < n:
+        time.sleep(0.05)
+        try:
+            held = len(json.loads(partial.read_text())["data"]["done"])
+        except (OSError, ValueError, KeyError):
+            held = 0
+    proc.kill()
+    proc.wait()
+    if held < n:
+        return "unexpected rc (the sweep ended before it could be killed)"
+    rc, stdout, err = _run([*argv, "--out", str(target)])
+    if rc != 0:
+        return _clear_cli(rc, err) if rc == 2 else "unhelpful crash"
+    import re
+
+    resumed = re.search(rf"(\d+) of {total} points already done", stdout)
+    done = len(json.loads(target.read_text())["data"]) if target.exists() else 0
+    return "correct" if resumed and int(resumed.group(1)) >= n and done >= total else "data loss"
 
 
 def main() -> int:
@@ -175,12 +385,15 @@ def main() -> int:
         results |= probes_training(tmp)
         results |= probes_checkpoint(tmp)
         results |= probes_notebooks(tmp)
+        results |= probes_output_faults(tmp)
+        results |= probes_mid_run(tmp)
+        results |= probes_data_loss(tmp)
     for name, verdict in results.items():
         print(f"{verdict:16s} {name}")
     counts = Counter(results.values())
     print(", ".join(f"{v}: {counts[v]}" for v in ("clear error", "correct", "silent wrong", "unhelpful crash",
-                                                  "data loss")) + f" ({len(results)} probes)")
-    bad = counts["silent wrong"] + counts["unhelpful crash"] + counts["data loss"] + sum(
+                                                  "data loss", "path escape")) + f" ({len(results)} probes)")
+    bad = counts["silent wrong"] + counts["unhelpful crash"] + counts["data loss"] + counts["path escape"] + sum(
         n for v, n in counts.items() if v.startswith("unexpected"))
     return 1 if bad else 0
 

@@ -26,7 +26,7 @@ from hoplib.models import gpt_for_task
 from hoplib.tasks import HopTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import run_device  # noqa: E402
+from cli import run_cli, run_device  # noqa: E402
 
 _ATTENTION = {"n_features": 16, "window": 4, "global_every": None}
 
@@ -120,4 +120,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hoplib._book.results import save_results
+from hoplib._book.results import OutputError, check_results_path, exclusive, save_results
 from hoplib.mpc import layer_sim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
@@ -62,6 +62,12 @@ def main(argv: list[str] | None = None) -> None:
         raise ValueError(f"--ns must be at least 2 and --deltas in (0, 1), got {ns} and {deltas}")
     params = {"ns": ns, "deltas": deltas, "width": WIDTH, "heads": HEADS, "causal": True,
               "seed": args.seed}
+    check_results_path(args.out, overwrite=True)  # not a folder; its folder writable, with room: before work
+    with exclusive(args.out):  # a second process on the same file is refused, not raced
+        _layer_regime(args, ns, deltas, params)
+
+
+def _layer_regime(args: argparse.Namespace, ns: list[int], deltas: list[float], params: dict) -> None:
     data: list[dict] = []
     if args.out.exists() and not args.overwrite:
         if not args.resume:
@@ -71,12 +77,20 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"{args.out} was made with other parameters: {stored['parameters']}")
         data = stored["data"]
     done = {(r["N"], r["delta"]) for r in data}
-    t0 = time.time()
+    t0, kept = time.time(), len(data) if args.out.exists() else 0
     for delta in deltas:
         for n in ns:
             if (n, delta) not in done:
                 data.append(layer_regime_point(n, delta, args.seed))
-                save_results(args.out, data, params, "cpu", time.time() - t0)
+                try:
+                    save_results(args.out, data, params, "cpu", time.time() - t0)
+                except OSError as exc:  # disk full, folder gone read-only: say what is kept
+                    what = (f"{args.out} keeps {kept} of them" if kept else "the previous file is kept unchanged"
+                            if args.out.exists() else "nothing was kept")
+                    raise OutputError(f"cannot write {args.out} ({exc.strerror or exc}) after {len(data)} of "
+                                      f"{len(ns) * len(deltas)} points; {what}; free space and rerun with "
+                                      "--resume") from exc
+                kept = len(data)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from hoplib.sweep import map_points, run_sweep
 from hoplib.tasks import HopTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import add_run_options, executor_from_args, run_device  # noqa: E402
+from cli import add_run_options, executor_from_args, run_cli, run_device  # noqa: E402
 
 HEADS = 4
 
@@ -192,4 +192,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

@@ -16,8 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from hoplib._book.results import OutputError, check_writable
 from hoplib.sweep import map_points
-from hoplib.train import RUN_KEYS, DivergedError, RunConfig, finished_results, train_run
+from hoplib.train import RUN_KEYS, DivergedError, RunConfig, finished_results, load_checkpoint, train_run
 from hoplib.training import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path (tests)
@@ -82,6 +83,34 @@ def _grid(args: argparse.Namespace, device: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     device = run_device(args)
+    check_writable(args.out)  # a file, read-only, no room: one line before any training
+    try:
+        return _main(args, argv, device)
+    except OutputError:
+        raise
+    except OSError as exc:  # in the middle (a disk that fills): say what is kept
+        where = f"{exc.filename}" if exc.filename else args.out
+        raise OutputError(f"cannot write to {where} ({exc.strerror or exc}); {_kept(args)}; free space and rerun "
+                          "the same command to resume") from exc
+
+
+def _kept(args: argparse.Namespace) -> str:
+    """What a stopped run or grid keeps in ``args.out``."""
+    out = Path(args.out)
+    if args.grid:
+        status = sweep.run_status(out, sweep.grid(args.grid).configs())
+        done = sum(s == "complete" for s in status.values())
+        return f"{out} keeps {done} of {len(status)} runs complete (interrupted ones keep their checkpoints)"
+    ck = out / "checkpoint.pt"
+    if not ck.exists():
+        return "no checkpoint was kept"
+    try:
+        return f"{ck} keeps step {int(load_checkpoint(ck)['step'])}"
+    except ValueError as exc:
+        return f"{ck} is unreadable ({exc})"
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None, device: str) -> int:
     if args.grid:
         return _grid(args, device)
     if args.ensemble:

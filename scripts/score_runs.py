@@ -25,7 +25,7 @@ from hoplib.sweep import run_sweep
 from hoplib.train import RunConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import add_run_options, run_device  # noqa: E402
+from cli import add_run_options, run_cli, run_device  # noqa: E402
 
 
 def sequence_errors(model: torch.nn.Module, config: RunConfig, k: int) -> list[float]:
@@ -94,4 +94,4 @@ class _Job:  # picklable for worker processes
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

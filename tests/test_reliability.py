@@ -224,3 +224,254 @@ class TestSampleOnAMissingDevice:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         with pytest.raises(ValueError, match="device='cuda' was asked for but is not available"):
             HopTask().sample(2, device="cuda")
+
+
+# --------------------------------------------------------------------------- 13. output faults, before work
+SCRIPTS = ROOT / "scripts"
+SMALL_SWEEP = ROOT / "results" / "training" / "small"
+TRAIN_ARGV = ["--depth", "1", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--max-hops", "1", "--steps", "4",
+              "--warmup-steps", "1", "--checkpoint-every", "2", "--no-progress", "--eval-samples", "4"]
+FOLDER_OUT = {  # every command whose --out is a folder: the arguments before --out
+    "run_training": ["run_training.py", *TRAIN_ARGV],
+    "run_training --grid": ["run_training.py", "--grid", "quick", "--no-progress"],
+    "run_rnn": ["run_rnn.py", "--part", "training"],
+    "run_efficient_attention": ["run_efficient_attention.py", "--part", "matched"],
+    "run_gnn": ["run_gnn.py", "--profile", "quick", "--part", "edge"],
+    "evaluate_released": ["evaluate_released.py", "--cache-dir", "{tmp}/no-cache"],
+    "notebooks run": ["notebooks.py", "run", "hop_task"],
+}
+FILE_OUT = {  # every command whose --out is a results file
+    "run_mpc": ["run_mpc.py", "layer-regime", "--ns", "64", "--deltas", "0.9"],
+    "run_construction": ["run_construction.py", "precision", "--ns", "16", "--total-letters", "64"],
+    "score_runs": ["score_runs.py", str(SMALL_SWEEP)],
+}
+_DRIVER = """\
+import contextlib, io, json, resource, runpy, sys, traceback
+cases, fsize = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.path.insert(0, {scripts!r})
+import torch, hoplib.train, hoplib.sweep  # imported before the cap: only the commands' own writes meet it
+if fsize is not None:  # Python ignores SIGXFSZ: a write past the cap fails with EFBIG, as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+results = {{}}
+for name, argv in cases.items():
+    err, code = io.StringIO(), 0
+    sys.argv = argv
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else "SystemExit " + str(exc.code)
+        except BaseException:
+            code = "traceback"
+            err.write(traceback.format_exc())
+    results[name] = [code, err.getvalue()]
+print(json.dumps(results))
+"""
+AS_READ_ONLY = ["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+                "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def _commands(cases: dict[str, list[str]], tmp: Path, out: Path | str) -> dict[str, list[str]]:
+    return {name: [str(SCRIPTS / argv[0]), *(a.replace("{tmp}", str(tmp)) for a in argv[1:]),
+                   "--out", str(out).replace("{name}", name.replace(" ", "_"))]
+            for name, argv in cases.items()}
+
+
+def _run_commands(cases: dict[str, list[str]], *, fsize: int | None = None, read_only: bool = False,
+                  timeout: int = 600) -> dict[str, tuple]:
+    """Each command's (exit status, stderr), all run by their ``__main__`` in one child process (one torch
+    import), whose files are capped at ``fsize`` bytes (a full disk) or that runs without the capabilities
+    that let root write a read-only folder."""
+    prefix = AS_READ_ONLY if read_only and os.geteuid() == 0 else []
+    proc = subprocess.run([*prefix, sys.executable, "-c", _DRIVER.format(scripts=str(SCRIPTS)), json.dumps(cases),
+                           json.dumps(fsize)], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {name: tuple(v) for name, v in json.loads(proc.stdout.splitlines()[-1]).items()}
+
+
+def _one_line_exit_2(results: dict[str, tuple]) -> None:
+    for name, (code, err) in results.items():
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, f"{name}: {code} {err}"
+
+
+def _read_only_folder(tmp_path: Path) -> Path:
+    if os.geteuid() == 0 and subprocess.run([*AS_READ_ONLY, "true"], capture_output=True).returncode != 0:
+        pytest.skip("running as root without setpriv: chmod cannot make a folder read-only")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+class TestOutputFaultsAreOneLineBeforeAnyWork:
+    def test_an_out_that_is_a_file_or_inside_one(self, tmp_path):
+        afile = tmp_path / "afile"
+        afile.write_text("kept")
+        results = _run_commands({**_commands(FOLDER_OUT, tmp_path, afile),
+                                 **_commands(FILE_OUT, tmp_path, afile / "x.json")})
+        _one_line_exit_2(results)
+        assert "a file" in results["run_rnn"][1] and afile.read_text() == "kept"
+
+    def test_an_out_that_is_a_folder_where_a_results_file_is_expected(self, tmp_path):
+        (tmp_path / "folder").mkdir()
+        results = _run_commands(_commands(FILE_OUT, tmp_path, tmp_path / "folder"))
+        _one_line_exit_2(results)
+        assert all("is a folder" in err for _, err in results.values())
+
+    def test_a_read_only_output_folder(self, tmp_path):
+        folder = _read_only_folder(tmp_path)
+        results = _run_commands({**_commands(FOLDER_OUT, tmp_path, folder / "{name}"),
+                                 **_commands(FILE_OUT, tmp_path, folder / "{name}.json")}, read_only=True)
+        _one_line_exit_2(results)
+        assert "Permission denied" in results["run_training --grid"][1] and not any(folder.iterdir())
+
+    def test_a_full_disk(self, tmp_path):
+        results = _run_commands({**_commands(FOLDER_OUT, tmp_path, tmp_path / "{name}"),
+                                 **_commands(FILE_OUT, tmp_path, tmp_path / "{name}.json")}, fsize=0)
+        _one_line_exit_2(results)
+        assert "File too large" in results["run_gnn"][1]  # EFBIG: the cap's form of "No space left on device"
+        assert not list(tmp_path.rglob("*.lock")) and not list(tmp_path.rglob("*.tmp"))
+
+
+# --------------------------------------------------------------------------- 14. a disk that fills mid-run
+def _cli(argv: list[str], fsize: int | None = None) -> subprocess.CompletedProcess:
+    def cap() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=cap if fsize else None)
+
+
+class TestADiskThatFillsMidRunSaysWhatWasKept:
+    def test_a_stored_sweep_says_how_many_points_it_kept_and_resumes(self, tmp_path):
+        argv = [str(SCRIPTS / "run_construction.py"), "precision", "--ns", "16,24,32,40,48,56,64,72,80",
+                "--total-letters", "64"]  # files over the 4 KiB that the folder check writes
+        free = _cli([*argv, "--out", str(tmp_path / "free.json")])
+        assert free.returncode == 0, free.stderr
+        full = _cli([*argv, "--out", str(tmp_path / "full.json")], fsize=(tmp_path / "free.json").stat().st_size - 1)
+        assert full.returncode == 1 and len(full.stderr.strip().splitlines()) == 1, full.stderr
+        assert "Traceback" not in full.stderr and " keeps " in full.stderr and "resume" in full.stderr
+        again = _cli([*argv, "--out", str(tmp_path / "full.json")])
+        assert again.returncode == 0 and "points already done" in again.stdout, again.stderr
+        rows = [json.loads((tmp_path / f).read_text())["data"] for f in ("free.json", "full.json")]
+        assert rows[1] == rows[0]  # every N, measured once, none lost
+
+    def test_a_training_run_whose_checkpoint_does_not_fit(self, tmp_path):
+        argv = [str(SCRIPTS / "run_training.py"), *TRAIN_ARGV, "--out", str(tmp_path / "run")]
+        full = _cli(argv, fsize=8192)  # room for the folder check and the lock, not for a checkpoint
+        assert full.returncode == 1 and len(full.stderr.strip().splitlines()) == 1, full.stderr
+        assert "no checkpoint was kept" in full.stderr and not (tmp_path / "run" / ".lock").exists()
+        assert _cli(argv).returncode == 0 and read_record(tmp_path / "run" / "results.json")["complete"] is True
+
+    def test_the_sweep_runner_says_what_the_partial_file_keeps(self, tmp_path, monkeypatch):
+        from hoplib._book import results
+        from hoplib.sweep import run_sweep
+
+        real, calls = results.atomic_write_text, []
+
+        def fills(path, text):  # the disk fills at the third write
+            calls.append(path)
+            if len(calls) == 3:
+                raise OSError(28, "No space left on device")
+            return real(path, text)
+
+        monkeypatch.setattr(results, "atomic_write_text", fills)
+        with pytest.raises(results.OutputError, match=r"after 3 of 4 points; .*sweep.partial.json keeps 2 of them"):
+            run_sweep(_square, [1, 2, 3, 4], tmp_path / "sweep.json", {"p": 1})
+        monkeypatch.setattr(results, "atomic_write_text", real)
+        assert run_sweep(_square, [1, 2, 3, 4], tmp_path / "sweep.json", {"p": 1}) == [1, 4, 9, 16]
+
+    def test_workers_start_no_further_point_after_a_failed_save(self, tmp_path, monkeypatch):
+        from hoplib._book import results
+        from hoplib.sweep import run_sweep
+
+        def full(path, text):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(results, "atomic_write_text", full)
+        points = [str(tmp_path / f"ran{i}") for i in range(8)]
+        with pytest.raises(results.OutputError, match="no point was stored"):
+            run_sweep(_mark, points, tmp_path / "sweep.json", {"p": 1}, workers=2)
+        assert len(list(tmp_path.glob("ran*"))) < 8
+
+
+def _square(_: int, x: int) -> int:
+    return x * x
+
+
+def _mark(_: int, path: str) -> int:
+    import time
+
+    Path(path).write_text("ran")
+    time.sleep(0.5)
+    return 0
+
+
+# --------------------------------------------------------------------------- 15. resume, never replace, one writer
+class TestSweepsResumeAndNeverReplace:
+    def test_a_construction_study_stopped_after_2_of_4_points_resumes(self, tmp_path, monkeypatch, capsys):
+        script, out, calls = _script("run_construction"), tmp_path / "precision.json", []
+        real = script.precision_study
+
+        def stopped_after_two(ns, **kw):
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # the process is stopped while the third point runs
+            calls.append(ns)
+            return real(ns, **kw)
+
+        argv = ["precision", "--ns", "16,24,32,40", "--total-letters", "64", "--out", str(out)]
+        monkeypatch.setattr(script, "precision_study", stopped_after_two)
+        with pytest.raises(KeyboardInterrupt):
+            script.main(argv)
+        assert not out.exists()
+        monkeypatch.setattr(script, "precision_study", lambda ns, **kw: calls.append(ns) or real(ns, **kw))
+        script.main(argv)
+        assert calls == [[16], [24], [32], [40]] and "2 of 4 points already done" in capsys.readouterr().out
+        assert [r["n"] for r in json.loads(out.read_text())["data"]] == [16, 16, 24, 24, 32, 32, 40, 40]
+
+    def test_an_existing_file_is_refused_in_one_line_without_overwrite(self, tmp_path, capsys):
+        run_cli = _script("cli").run_cli
+        out = tmp_path / "precision.json"
+        out.write_text("stored")
+        for name, argv in (("run_construction", ["search", "--max-layers", "1"]),
+                           ("run_mpc", ["layer-regime", "--ns", "64", "--deltas", "0.9"])):
+            assert run_cli(_script(name).main, [*argv, "--out", str(out)]) == 2
+            assert capsys.readouterr().err == f"error: {out} exists; pass --overwrite to replace it" + (
+                " or --resume\n" if name == "run_mpc" else "\n")
+        assert out.read_text() == "stored"
+
+    def test_finished_points_of_other_settings_are_not_discarded_without_overwrite(self, tmp_path):
+        from hoplib.sweep import run_sweep
+
+        path = tmp_path / "sweep.json"
+        with pytest.raises(ZeroDivisionError):
+            run_sweep(_inverse, [1, 0], path, {"p": 1})  # point 1 is kept, point 2 fails
+        partial = tmp_path / "sweep.partial.json"
+        before = partial.read_text()
+        with pytest.raises(ValueError, match=r"holds 1 finished points of other settings \(differing: p\)"):
+            run_sweep(_inverse, [1, 2], path, {"p": 2})
+        assert partial.read_text() == before
+        assert run_sweep(_inverse, [1, 2], path, {"p": 2}, overwrite=True) == [1.0, 0.5]
+
+    def test_a_second_process_on_one_results_file_is_refused_before_work(self, tmp_path):
+        from hoplib._book.results import LockedError
+        from hoplib.sweep import run_sweep
+
+        path = tmp_path / "sweep.json"
+        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            (tmp_path / ".sweep.json.lock").write_text(str(holder.pid))
+            with pytest.raises(LockedError, match=f"live process {holder.pid}"):
+                run_sweep(_inverse, [1], path, {"p": 1})
+        finally:
+            holder.kill()
+            holder.wait()
+        assert not path.exists() and not (tmp_path / "sweep.partial.json").exists()
+        assert run_sweep(_inverse, [1], path, {"p": 1}) == [1.0]  # a stale lock is taken over
+        assert not (tmp_path / ".sweep.json.lock").exists()
+
+
+def _inverse(_: int, x: int) -> float:
+    return 1 / x

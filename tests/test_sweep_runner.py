@@ -61,7 +61,9 @@ def test_a_partial_file_of_other_points_is_not_resumed(tmp_path):
     points = [{"dir": str(tmp_path)}, {"dir": str(tmp_path), "fail": True}]
     with pytest.raises(RuntimeError):
         run_sweep(_fails_once, points, path, {"p": 1})
-    run_sweep(_fails_once, points, path, {"p": 2})  # other parameters: starts afresh
+    with pytest.raises(ValueError, match="other settings"):  # nor discarded without overwrite
+        run_sweep(_fails_once, points, path, {"p": 2})
+    run_sweep(_fails_once, points, path, {"p": 2}, overwrite=True)  # other parameters: starts afresh
     assert (tmp_path / "calls0").read_text() == "2"
 
 

@@ -8,14 +8,16 @@ working folder that holds ``_toc.yml`` and ``results/`` (chapters run in ``chapt
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import html
 import json
 import os
 import platform
 import subprocess
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +33,113 @@ class ResultsNotFoundError(FileNotFoundError):
     """The book's ``results/`` folder, or a stored results file in it, cannot be found."""
 
 
+class OutputError(OSError):
+    """A file could not be written in the middle of a run (disk full, folder made read-only); the message says
+    what was kept and how to go on. Before a run starts the same faults are :class:`ValueError` (see
+    :func:`check_writable`)."""
+
+
+def check_writable(folder: str | os.PathLike, *, what: str = "output folder") -> Path:
+    """Before any work: make ``folder`` (and its parents), then create, write (4 KiB), fsync and remove a
+    temporary file in it. One-line :class:`ValueError` naming the folder and the reason when it is a file, under
+    a file, read-only, or on a full disk; folders it made are removed again."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"cannot write to the {what} {folder}: it is a file, not a folder")
+    if file := next((p for p in folder.parents if p.exists() and not p.is_dir()), None):
+        raise ValueError(f"cannot write to the {what} {folder}: {file} is a file, not a folder")
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    tmp = folder / f".write-check.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        for p in made:  # innermost first
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) not in (folder, tmp) else ""
+        raise ValueError(f"cannot write to the {what} {folder}: {exc.strerror or exc}{where}") from exc
+    return folder
+
+
+class LockedError(ValueError):
+    """An output that another live process is writing."""
+
+
+def take_lock(lock: str | os.PathLike, what: str | os.PathLike) -> Path:
+    """Create the file ``lock`` holding this process's PID (``what`` is the output it guards, for messages),
+    taking over the lock of a process that is gone; :class:`LockedError` naming the PID while a live process
+    holds it. The caller removes ``lock`` when done."""
+    lock = Path(lock)
+    for attempt in range(20):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text(encoding="utf-8").strip() or 0)
+            except (OSError, ValueError):  # gone meanwhile, or not a PID
+                pid = 0
+            if not pid and attempt < 10:  # its process is writing its PID: look again
+                time.sleep(0.05)
+                continue
+            if pid and pid != os.getpid() and _alive(pid):
+                raise LockedError(f"{what} is being written by the live process {pid} (its lock {lock}); "
+                                  "wait for it to finish or choose another output") from None
+            lock.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(str(os.getpid()))
+        except OSError:  # a full disk: leave no empty lock behind
+            lock.unlink(missing_ok=True)
+            raise
+        return lock
+    raise LockedError(f"cannot take the lock {lock}: other processes keep taking it")
+
+
+@contextlib.contextmanager
+def exclusive(path: str | os.PathLike) -> Iterator[Path]:
+    """Hold the lock ``.<name>.lock`` beside ``path`` while the block writes it: a second process that would
+    write the same file meanwhile gets :class:`LockedError` (one line, naming the first) before any work."""
+    path = Path(path)
+    lock = take_lock(path.with_name(f".{path.name}.lock"), path)
+    try:
+        yield path
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def check_results_path(path: str | os.PathLike, *, overwrite: bool = False, option: str = "--out") -> Path:
+    """Before any work: ``path`` is a results file to be written, so it must not be a folder, must not exist
+    unless ``overwrite``, and its folder must be writable (:func:`check_writable`); else one-line ValueError."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; give the path of a results file")
+    if path.exists() and not overwrite:
+        raise ValueError(f"{path} exists; pass --overwrite to replace it")
+    check_writable(path.parent)
+    return path
+
+
 def git_commit(path: str | os.PathLike | None = None) -> str:
     """The git commit of the checkout that holds ``path`` (default: hoplib's), ``+dirty`` when the library,
     chapters or scripts have uncommitted changes, or ``'unknown'``."""
@@ -40,8 +149,9 @@ def git_commit(path: str | os.PathLike | None = None) -> str:
         if out.returncode != 0:
             return "unknown"
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "hoplib", "chapters", "scripts", "benchmarks"],
-                               cwd=where.parent if where.name == "hoplib" else where,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+                               cwd=where.parent if where.name == "hoplib" else where, capture_output=True,
+                               text=True, timeout=10,  # read only: no index refresh, no index.lock left behind
+                               env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"}).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() + ("+dirty" if dirty else "")
