@@ -203,27 +203,6 @@ def test_count_parameters_counts_trainable_weights():
     assert count_parameters(m) == 10 * 8 + 2 * 8 + gru + 2 * 8 + 8 * 10 + 10
 
 
-# --------------------------------------------------------------------------- depth for width
-def test_collapse_turns_depth_k_into_one_layer_of_k_times_the_width():
-    model = rnn.hop_rnn(4, 5)
-    flat = rnn.collapse(model)
-    assert flat.n_layers == 1
-    assert flat.state_bits() == [sum(model.state_bits())]
-    x = torch.randint(0, 5, (4, 35), generator=torch.Generator().manual_seed(3))
-    assert torch.equal(flat(x).argmax(-1), rnn.hop_classes(x, 4, 5))
-    layer = flat.layers[0]
-    z = flat.embed(x)
-    _, state = layer(z)
-    assert all(torch.equal(a, b) for a, b in zip(layer.decode_state(layer.encode_state(state)), state, strict=True))
-
-
-def test_collapse_of_a_trainable_model_computes_the_same_function():
-    torch.manual_seed(0)
-    model = rnn.recurrent_model("lstm", 7, d_model=8, n_layers=3)
-    ids = torch.randint(0, 7, (2, 15))
-    torch.testing.assert_close(rnn.collapse(model)(ids), model(ids), atol=1e-5, rtol=1e-5)
-
-
 # --------------------------------------------------------------------------- the chapter's sweep
 def _sweep(task, kinds, depths, seed=0, workers=1, on_model=None):
     from hoplib.lower_bounds import sweep

@@ -1,6 +1,6 @@
 """Multi-layer RNNs in the paper's form (Section 5) with states that encode to bits exactly: trained GRU, LSTM and
-Mamba-style layers, the hand-built :func:`hop_rnn`, :func:`prefix_rnn` and :func:`collapse` (classes: the letters
-and "no answer"), and :func:`simulate_rnn_protocol`, Corollary 5.2's reduction."""
+Mamba-style layers, the hand-built :func:`hop_rnn` and :func:`prefix_rnn` (classes: the letters and "no
+answer"), and :func:`simulate_rnn_protocol`, Corollary 5.2's reduction."""
 
 from __future__ import annotations
 
@@ -299,41 +299,6 @@ def hop_classes(x: torch.Tensor, k: int, alphabet_size: int) -> torch.Tensor:
     """hop_k(x) in the hand-built models' class convention: letters as they are, ⊥ as ``alphabet_size``."""
     h = hop(x, k)
     return torch.where(h == NO_ANSWER, torch.full_like(h, alphabet_size), h)
-
-
-class CollapsedLayer(RecurrentLayer):
-    """Several layers run as one: at each position all of them on that token; the state is theirs side by
-    side, so a depth-L RNN of width m is a depth-1 RNN of width L m."""
-
-    def __init__(self, layers: list[RecurrentLayer]):
-        super().__init__()
-        self.inner = nn.ModuleList(layers)
-
-    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
-        return [spec for layer in self.inner for spec in layer.state_spec()]
-
-    def forward(self, z: torch.Tensor, state: State | None = None
-                ) -> tuple[torch.Tensor, State]:
-        if state is None:
-            states = [None] * len(self.inner)
-        else:
-            states = list(self._split(state))
-        outs = []
-        for i in range(z.shape[1]):  # every layer on token i, then token i + 1
-            zi = z[:, i:i + 1]
-            for j, layer in enumerate(self.inner):
-                zi, states[j] = layer(zi, states[j])
-            outs.append(zi)
-        return torch.cat(outs, dim=1), tuple(t for s in states for t in s)
-
-    def _split(self, state: State) -> list[State]:
-        ends = np.cumsum([0] + [len(layer.state_spec()) for layer in self.inner]).tolist()
-        return [tuple(state[a:b]) for a, b in zip(ends, ends[1:], strict=False)]
-
-
-def collapse(model: RecurrentStack) -> RecurrentStack:
-    """The same function as ``model`` computed by a depth-1 RNN whose state holds every layer's state."""
-    return RecurrentStack(model.embed, [CollapsedLayer(list(model.layers))], model.readout)
 
 
 # --------------------------------------------------------------------------- Corollary 5.2's reduction
