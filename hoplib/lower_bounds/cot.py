@@ -1,7 +1,8 @@
 """One-layer transformers with chain of thought on hop_k (Definition 5.5, Corollary 5.6; the chapter
-``chain_of_thought.md`` explains the format). The full chain for hop_k is ``@p_1 (p_1,a_1) ... @p_k``, a pointer
-token after each search and a pair token after each fetch, then the answer; the half chain lists every other
-hop, ``none`` answers at once. Token ids extend :class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pairs."""
+``chain_of_thought.md`` explains the format and builds a one-layer model by hand). The full chain for hop_k is
+``@p_1 (p_1,a_1) ... @p_k``, a pointer token after each search and a pair token after each fetch, then the answer;
+the half chain lists every other hop, ``none`` answers at once. Token ids extend :class:`hoplib.tasks.Vocab`
+with n pointer and n·|Σ| pairs."""
 
 from __future__ import annotations
 
@@ -191,85 +192,6 @@ def cot_errors(model: nn.Module, task: CotTask, *, ks: list[int] | None = None, 
         out[k] = {"error": float(wrong.sum()) / n_ans if n_ans else float("nan"),
                   "chain_exact": float(chain_ok.double().mean()), "n_answered": n_ans, "n_cot": n_cot}
     return out
-
-
-class CotConstruction(nn.Module):
-    """A hand-built ONE-layer softmax transformer that writes the full chain and answers hop_k exactly: three
-    heads in parallel (:meth:`heads`), every score gap at least 1, softmax at inverse temperature ``coldness``
-    (Lemma A.2), float64 scores; the token-wise output map is code, not MLP weights."""
-
-    def __init__(self, task: CotTask, coldness: float = 30.0):
-        super().__init__()
-        if task.chain != "full":  # the other formats would decode silently wrong
-            raise ValueError(f"task.chain must be 'full' for the construction, got {task.chain!r}")
-        self.task, self.coldness = task, float(coldness)
-
-    def _fields(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per token: its position t, kind, letter a and pointer p (a letter's p is t - 1)."""
-        task, v = self.task, self.task.vocab
-        alpha = task.hop_task.alphabet_size
-        t = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-        letter = (ids >= v.first_letter) & (ids < v.no_answer)
-        ptr = (ids >= task.ptr_base) & (ids < task.pair_base)
-        pair = (ids - task.pair_base).clamp(min=0)
-        a = torch.where(letter, ids - v.first_letter, pair % alpha)
-        p = torch.where(letter, t - 1, torch.where(ptr, ids - task.ptr_base, pair // alpha))
-        return {"t": t, "letter": letter, "ptr": ptr, "pair": ids >= task.pair_base, "a": a, "p": p,
-                "start": t == 0, "other": ~letter & (t > 0)}
-
-    def heads(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The three heads' attention weights (B, T, T), rows = queries."""
-        f = self._fields(ids)
-        n, alpha = self.task.n_letters, self.task.hop_task.alphabet_size
-        lam = 2.0 * n + 4.0
-        one = torch.ones_like(ids, dtype=torch.float64)
-
-        def col(x: torch.Tensor) -> torch.Tensor:
-            return x.double().unsqueeze(-1)
-
-        # search: score s at a letter key s <= p, lam more if its letter is a;
-        # lam / 2 at the start token (no match), -2 lam at any other token
-        s_idx = torch.arange(n + 1, device=ids.device)
-        row = torch.where(s_idx <= f["p"].unsqueeze(-1), s_idx, -lam)
-        q_s = torch.cat([row, lam * F.one_hot(f["a"], alpha),
-                         col(lam / 2 * one), col(-2 * lam * one)], -1)
-        q_s = q_s * col(f["letter"] | f["pair"])
-        k_s = torch.cat([F.one_hot(f["t"].clamp(max=n), n + 1) * col(f["letter"]),
-                         F.one_hot(f["a"], alpha) * col(f["letter"]),
-                         col(f["start"]), col(f["other"])], -1)
-        # fetch: the quadratic lookUp 2(p + 1)s - s^2 of position p + 1
-        t, isl = f["t"].double(), f["letter"].double()
-        q_f = torch.stack([2.0 * (f["p"] + 1).double(), -one, -one], -1)
-        q_f = q_f * col(f["ptr"])
-        k_f = torch.stack([t * isl, t * t * isl, 1.0 - isl], -1)
-        # k: a constant query, the key "is position 0"
-        q_k, k_k = col(one), col(f["start"])
-        qk = {"search": (q_s, k_s), "fetch": (q_f, k_f), "k": (q_k, k_k)}
-        size = ids.shape[1]
-        causal = torch.ones(size, size, dtype=torch.bool, device=ids.device).tril()
-        out = {}
-        for name, (q, k) in qk.items():
-            scores = self.coldness * (q.double() @ k.double().transpose(-2, -1))
-            out[name] = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        return out
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, vocab): a one-hot vote for the next token at every position."""
-        task, v = self.task, self.task.vocab
-        alpha = task.hop_task.alphabet_size
-        with torch.autocast(device_type=ids.device.type, enabled=False):
-            f, att = self._fields(ids), self.heads(ids)
-            found = att["search"] @ torch.stack([f["t"] * f["letter"], f["start"]], -1).double()
-            letters = F.one_hot(f["a"], alpha) * f["letter"].unsqueeze(-1)
-            fetched = (att["fetch"] @ letters.double()).argmax(dim=-1)
-            k_val = (att["k"] @ (ids * f["start"]).double().unsqueeze(-1))[..., 0].round().long()
-            j = (f["t"] - task.prompt_length) // 2 + 1  # at the j-th pointer token
-            search = torch.where(found[..., 1] > 0.5, v.no_answer, task.ptr_base + found[..., 0].round().long())
-            search = torch.where(f["letter"] & (k_val == 0), ids, search)
-            fetch = torch.where(j >= k_val, v.first_letter + fetched, task.pair_base + f["p"] * alpha + fetched)
-            nxt = torch.where(f["letter"] | f["pair"], search, torch.where(f["ptr"], fetch, v.blank))
-            nxt = torch.where(ids == v.no_answer, v.no_answer, nxt)
-        return F.one_hot(nxt, task.vocab_size).float()
 
 
 # --------------------------------------------------------------------------- Corollary 5.6's reduction
