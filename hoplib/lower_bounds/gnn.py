@@ -1,10 +1,10 @@
 """Message-passing GNNs against transformers on graph connectivity (Theorem 5.1, Corollaries 3.3 and 3.5) on the
-instances of :mod:`hoplib.lower_bounds.graphs`: the GNN and its locality, the exact GNN and pointer doubling,
-training GNNs and transformers, and the edge-set transformer of Corollary 3.3's input."""
+instances of :mod:`hoplib.lower_bounds.graphs`: the GNN, the MPC components protocol on them, training GNNs and
+transformers, and the edge-set transformer of Corollary 3.3's input (the chapter ``gnn.md`` builds the exact GNN,
+pointer doubling and the locality checks)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -85,74 +85,7 @@ class MessagePassingGNN(nn.Module):
         return out if read is None else out[torch.arange(out.shape[0], device=out.device), read]
 
 
-def exact_reachability_gnn(depth: int,
-                           aggregation: str = "max") -> MessagePassingGNN:
-    """Width 1: h_v <- min(1, K (h_v + AGG h_u)) from the mark of s (feature 0 of
-    two), K = 64 (at least the degree) for the mean and 1 otherwise, so after L
-    layers h_v = 1 iff dist(s, v) <= L; "connected" iff h_t > 1/2."""
-    k = 64.0 if aggregation == "mean" else 1.0
-    model = MessagePassingGNN(2, 1, depth, aggregation=aggregation, hidden=2,
-                              residual=False)
-    with torch.no_grad():
-        model.embed.weight.zero_()
-        model.embed.weight[0, 0] = 1.0
-        model.embed.bias.zero_()
-        for layer in model.layers:  # relu(K z) - relu(K z - 1) = min(1, K z)
-            layer.fc1.weight.copy_(torch.full((2, 2), k))
-            layer.fc1.bias.copy_(torch.tensor([0.0, -1.0]))
-            layer.fc2.weight.copy_(torch.tensor([[1.0, -1.0]]))
-            layer.fc2.bias.zero_()
-        model.head.weight.copy_(torch.tensor([[-1.0], [1.0]]))
-        model.head.bias.copy_(torch.tensor([0.5, -0.5]))
-    return model
-
-
-# --------------------------------------------------------------------------- locality
-def perturb_outside_ball(batch: graphs.GraphBatch, x: torch.Tensor, centre: torch.Tensor, radius: int, *,
-                         seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(edges', x')``: nodes farther than ``radius`` from ``centre`` get fresh normal features, and edges
-    between two such nodes become random edges between such nodes; edges at nodes within ``radius`` stay."""
-    gen = torch.Generator(device=batch.device).manual_seed(seed)
-    d = graphs.bfs_distances(batch.edges, batch.num_nodes, centre)
-    inside = (d >= 0) & (d <= radius)
-    far = ~inside
-    x2 = torch.where(far[:, :, None], torch.randn(x.shape, generator=gen, device=x.device), x)
-    edges = batch.edges.clone()
-    rows = torch.arange(batch.batch_size, device=batch.device)[:, None]
-    both_far = far[rows, edges[:, :, 0]] & far[rows, edges[:, :, 1]]
-    keys = torch.rand(batch.batch_size, batch.num_nodes, generator=gen, device=batch.device) + inside.float() * 2
-    n_far = far.sum(1)
-    for j in range(2):
-        pick = torch.randint(0, 2**31 - 1, edges.shape[:2], generator=gen, device=batch.device)
-        new = torch.argsort(keys, dim=1).gather(1, pick % n_far.clamp(min=1)[:, None])  # far nodes come first
-        edges[:, :, j] = torch.where(both_far, new, edges[:, :, j])
-    return edges, x2
-
-
-def move_source_to_other_component(batch: graphs.GraphBatch) -> graphs.GraphBatch:
-    """Each instance with ``s`` moved to the smallest-named node of the component without ``t`` (y = 0)."""
-    other = graphs.bfs_distances(batch.edges, batch.num_nodes, batch.t) < 0
-    idx = torch.arange(batch.num_nodes, device=batch.device).expand_as(other)
-    s2 = torch.where(other, idx, batch.num_nodes).min(1).values
-    return dataclasses.replace(batch, s=s2, y=torch.zeros_like(batch.y))
-
-
 # --------------------------------------------------------------------------- log-depth side
-def doubling_connectivity(edges: torch.Tensor,
-                          num_nodes: int) -> tuple[torch.Tensor, int]:
-    """Reachability by squaring, R_0 = I + A, R_{j+1} = R_j R_j (boolean), until it
-    stops changing: the final (B, N, N) relation and the number of squarings that
-    changed it."""
-    eye = torch.eye(num_nodes, dtype=torch.bool, device=edges.device)
-    r = graphs.adjacency(edges, num_nodes) | eye
-    squarings = 0
-    while True:
-        new = torch.bmm(r.float(), r.float()) > 0
-        if torch.equal(new, r):
-            return r, squarings
-        r, squarings = new, squarings + 1
-
-
 def mpc_components(family: str, diameter: int, delta: str, *,
                    seed: int = 0) -> dict | None:
     """The MPC components protocol on one instance of ``family`` at diameter D,
