@@ -95,19 +95,6 @@ def test_longformer_protocol_fails_if_a_needed_token_is_withheld(monkeypatch):
     assert (out - direct).abs().max().item() > 1e-4
 
 
-def test_reduction_records_on_prop_e4_inputs():
-    for kind, kw in (("performer", {"n_features": 8}), ("longformer", {"window": 3, "global_every": 6})):
-        r = eff.reduction_record(kind, 3, 4, depth=2, d_model=16, heads=2, **kw)
-        assert r["N"] == 25 and r["bits"] == r["formula_bits"] and r["max_abs_diff"] < 1e-5
-        assert r["N/k^6"] == pc.lower_bound_scale(25, 3)
-    r = eff.reduction_record("performer", 2, 3, depth=1, d_model=16, heads=4, n_features=5)
-    assert r["paper_scale"] == 16 * 5 * 4 * 32  # m m' H p
-    r = eff.reduction_record("longformer", 2, 3, depth=1, d_model=8, heads=2, window=5, global_every=2)
-    assert r["paper_scale"] == pytest.approx((5 + 13 / 4) * 8 * 2 * 32)  # (w + N/(g k)) m H p
-    r = eff.reduction_record("longformer", 2, 3, depth=1, d_model=8, heads=2, window=5)
-    assert r["paper_scale"] == 5 * 8 * 2 * 32
-
-
 def test_protocols_validate_their_inputs():
     model = _gpt("performer", 10, 5, n_features=4)
     x = np.arange(5)
