@@ -1,12 +1,11 @@
 """One-layer transformers with chain of thought on hop_k (Definition 5.5, Corollary 5.6; the chapter
-``chain_of_thought.md`` explains the format and builds a one-layer model by hand). The full chain for hop_k is
-``@p_1 (p_1,a_1) ... @p_k``, a pointer token after each search and a pair token after each fetch, then the answer;
-the half chain lists every other hop, ``none`` answers at once. Token ids extend :class:`hoplib.tasks.Vocab`
-with n pointer and n·|Σ| pairs."""
+``chain_of_thought.md`` explains the format, builds a one-layer model by hand and runs Corollary 5.6's
+reduction). The full chain for hop_k is ``@p_1 (p_1,a_1) ... @p_k``, a pointer token after each search and a pair
+token after each fetch, then the answer; the half chain lists every other hop, ``none`` answers at once. Token ids
+extend :class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pairs."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hoplib._book.device import autocast, get_device
-from hoplib.lower_bounds import communication as comm
 from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask, find_k, hop
 from hoplib.train import TrainConfig, optimise
@@ -192,93 +190,6 @@ def cot_errors(model: nn.Module, task: CotTask, *, ks: list[int] | None = None, 
         out[k] = {"error": float(wrong.sum()) / n_ans if n_ans else float("nan"),
                   "chain_exact": float(chain_ok.double().mean()), "n_answered": n_ans, "n_cot": n_cot}
     return out
-
-
-# --------------------------------------------------------------------------- Corollary 5.6's reduction
-def cot_protocol_bits(n_new: int, num_players: int, d_model: int, heads: int, n_classes: int) -> int:
-    """Bits posted by :func:`simulate_cot_protocol`: per round, P_p..P_2 each post (m + 2H) float32 numbers and
-    P_1 posts the next token in ceil(log2 C) bits; n_new = N_CoT + 1 rounds."""
-    return n_new * ((num_players - 1) * 32 * (d_model + 2 * heads) + comm.class_bits(n_classes))
-
-
-def block_softmax_stats(model: GPT, ids: torch.Tensor, pos: torch.Tensor,
-                        q: torch.Tensor) -> torch.Tensor:
-    """What one player posts: per head, over the keys of its block (tokens ``ids``
-    at positions ``pos``), the max score, sum exp(score - max) and
-    sum exp(score - max) * value: (H, d + 2) numbers."""
-    blk = model.blocks[0]
-    x = blk.ln1(model.wte(ids) + model.wpe(pos)).unsqueeze(0)
-    _, k, v = (z[0] for z in blk.attn.qkv_heads(x))  # (H, n, d)
-    sc = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1])  # (H, n)
-    mx = sc.max(dim=-1).values
-    w = torch.exp(sc - mx.unsqueeze(-1))
-    return torch.cat([mx.unsqueeze(-1), w.sum(-1, keepdim=True),
-                      (w.unsqueeze(-1) * v).sum(1)], dim=-1)
-
-
-def finish_token(model: GPT, x: torch.Tensor,
-                 parts: list[torch.Tensor]) -> torch.Tensor:
-    """P_1's step: merge the blocks' statistics into exact softmax attention, then
-    finish the layer at the query (projection, residual, MLP, final LayerNorm,
-    head): the logits (C,)."""
-    blk = model.blocks[0]
-    st = torch.stack(parts)  # (P, H, d + 2)
-    mx = st[..., 0].max(dim=0).values
-    scale = torch.exp(st[..., 0] - mx)  # (P, H)
-    num = (scale.unsqueeze(-1) * st[..., 2:]).sum(0)  # (H, d)
-    y = num / (scale * st[..., 1]).sum(0).unsqueeze(-1)
-    h = x + blk.attn.project(y.unsqueeze(1).unsqueeze(0))[0]
-    h = model.ln_f(h + blk.mlp(blk.ln2(h)))
-    return (h if model.unembed is None else model.unembed(h))[0]
-
-
-def _cot_player(model: GPT, prompt: torch.Tensor, block: tuple[int, int], j: int, num_players: int,
-                generated: list[int], result: dict[str, torch.Tensor]) -> comm.Player:
-    """P_j posts its block's statistics for the current query; P_1 merges them and posts the next token."""
-    t0, dev, blk = prompt.shape[0], prompt.device, model.blocks[0]
-    ids, pos = prompt[block[0]:block[1]], torch.arange(*block, device=dev)  # P_j's private input
-
-    def play(r: int, board: comm.Blackboard) -> object:
-        if r > 1 and len(generated) < r - 1:  # read the previous round's token from P_1's post
-            generated.append(comm.bits_to_int(board.last_message(1, r - 1)))
-        # the public current token: the prompt's last or the last generated one
-        tok = torch.tensor(generated[-1:], device=dev) if generated else prompt[-1:]
-        x = model.wte(tok) + model.wpe(torch.tensor([t0 - 1 + len(generated)], device=dev))
-        q = blk.attn.qkv_heads(blk.ln1(x).unsqueeze(0))[0][0, :, 0]  # (H, d)
-        own = block_softmax_stats(model, ids, pos, q)
-        if j > 1:
-            return comm.floats_to_bits(own)
-        parts = [own] + [comm.bits_to_floats(board.last_message(i, r), own.shape, dev)
-                         for i in range(2, num_players + 1)]
-        if generated:
-            parts.append(block_softmax_stats(model, torch.tensor(generated, device=dev),
-                                             torch.arange(t0, t0 + len(generated), device=dev), q))
-        logits = result["logits"] = finish_token(model, x, parts)
-        return comm.int_to_bits(int(logits.argmax()), comm.class_bits(logits.shape[-1]))
-    return play
-
-
-@torch.no_grad()
-def simulate_cot_protocol(model: GPT, prompt: torch.Tensor, n_new: int, num_players: int,
-                          blackboard: comm.Blackboard | None = None) -> tuple[list[int], torch.Tensor, int]:
-    """Greedy decoding of a ONE-layer :class:`hoplib.models.GPT` as Cor. 5.6's protocol: the prompt (1-D ids) in
-    ``num_players`` blocks, P_1 holding the rightmost; generated tokens and the prompt's last token are public;
-    round r produces token r. Returns ``(tokens, last_logits, bits)``, tokens equal to :func:`greedy_decode`'s."""
-    if model.config.depth != 1:  # the protocol would simulate a different model
-        raise ValueError(f"model must have depth 1 (Corollary 5.6 is about one layer), got {model.config.depth}")
-    prompt = prompt.to(next(model.parameters()).device)
-    generated: list[int] = []
-    result: dict[str, torch.Tensor] = {}
-    players = [_cot_player(model, prompt, block, j, num_players, generated, result)
-               for j, block in sorted(comm.block_bounds(prompt.shape[0], num_players).items())]
-    was = model.training
-    model.eval()
-    try:
-        board = comm.run_protocol(players, n_new, blackboard=blackboard)
-    finally:
-        model.train(was)
-    generated.append(comm.bits_to_int(board.output))
-    return generated, result["logits"], board.total_bits
 
 
 # --------------------------------------------------------------------------- training
