@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hoplib._book.device import autocast, get_device
 from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask, find_k, hop
-from hoplib.train import TrainConfig, optimise
+from hoplib.train import TrainConfig, _step_forward, optimise
 
 CHAINS = ("none", "half", "full")
 _EVAL_SEED_BASE = 2**29  # evaluation seeds (per k) and training seeds (per step) are disjoint, below 2**32
@@ -205,10 +205,14 @@ def train_cot(model: nn.Module, task: CotTask, *, steps: int, batch_size: int = 
     dev = get_device(device)
     model.to(dev)
 
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return task.sample(batch_size, seed=_TRAIN_SEED_BASE + seed * 2**20 + step, device=dev).sequences()
+
+    forward = _step_forward(model, False, batch(0)[0])  # a GPT's ids are checked once, not at every step
+
     def step_loss(step: int) -> torch.Tensor:
-        batch = task.sample(batch_size, seed=_TRAIN_SEED_BASE + seed * 2**20 + step, device=dev)
-        x, y = batch.sequences()
-        logits = model(x)
+        x, y = batch(step)
+        logits = forward(x)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
 
     hist = optimise(model, step_loss, config, device=dev, progress=progress, desc=f"cot {task.chain}")
