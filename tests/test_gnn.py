@@ -239,6 +239,24 @@ def test_train_edge_transformer_learns_diameter_two_paths_at_depth_one(pairs):
     assert r["target"] == ("edges+pairs" if pairs else "edges")
 
 
+def test_edge_jobs_in_two_worker_processes_give_the_records_of_one_thread_in_process():
+    # the chapter trains its live models with map_points(gnn.edge_job, ..., workers=2)
+    from hoplib.lower_bounds.gnn import edge_job
+    from hoplib.sweep import map_points
+
+    points = [{"family": "path", "diameter": 2, "depth": depth, "steps": 6, "d_model": 16, "heads": 2,
+               "eval_size": 32, "pairs": depth == 2, "seed": 3} for depth in (1, 2, 1)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = [edge_job(i, p) for i, p in enumerate(points)]
+    finally:
+        torch.set_num_threads(threads)
+    workers = map_points(edge_job, points, workers=2)
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in workers] == \
+        [{k: v for k, v in r.items() if k != "seconds"} for r in alone]
+
+
 def test_same_component_is_the_equivalence_relation_of_the_two_components():
     from hoplib.lower_bounds.gnn import EdgeSetTransformer, edge_labels, same_component
 

@@ -269,6 +269,12 @@ def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: i
     return {**out, "edge_accuracy": edge_acc[-1]}
 
 
+def edge_job(index: int, point: dict) -> dict:
+    """:func:`train_edge_transformer` on the keyword arguments ``point``: a job of :func:`hoplib.sweep.map_points`
+    (each point carries its seed, so its record does not depend on the process that trains it)."""
+    return train_edge_transformer(**point)
+
+
 # --------------------------------------------------------------------------- reading sweeps
 def depths_needed(rows: list[dict], threshold: float) -> dict[int, int | None]:
     """``{D: smallest trained depth whose accuracy at t reaches threshold}`` (None: no trained depth did), for
