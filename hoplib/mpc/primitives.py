@@ -7,6 +7,7 @@ key never floods a machine. Every step is vectorised over the machines and only 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -27,10 +28,7 @@ def mix_hash(keys: np.ndarray, salt: int) -> np.ndarray:
 
 def tree_depth(n: int, f: int) -> int:
     """Smallest D >= 0 with f**D >= n."""
-    d = 0
-    while f**d < n:
-        d += 1
-    return d
+    return next(d for d in itertools.count() if f**d >= n)
 
 
 def _empty(width: int) -> Table:
