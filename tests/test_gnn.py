@@ -1,5 +1,5 @@
 """Tests for hoplib.lower_bounds.graphs (instances, serialisation) and hoplib.lower_bounds.gnn (message passing, the
-MPC side, training); the chapter gnn.md asserts locality, the exact GNN and pointer doubling."""
+exact GNN, the log-depth side, training); the chapter gnn.md asserts locality."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -20,6 +21,8 @@ from hoplib.lower_bounds.gnn import (
     MessagePassingGNN,
     aggregate,
     depths_needed,
+    doubling_connectivity,
+    exact_reachability_gnn,
     train_gnn,
     train_transformer,
 )
@@ -144,12 +147,53 @@ def test_aggregate_matches_a_loop_over_neighbours():
                 assert torch.allclose(out[i, v], ref)
 
 
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_exact_gnn_needs_exactly_d_layers(family, aggregation):
+    for d in (2, 3, 6):
+        g = sample_graphs(family, d, 128, seed=d)
+        x = node_features(g)
+        with torch.no_grad():
+            pred_d = exact_reachability_gnn(d, aggregation)(x, g.edges, g.t).argmax(-1)
+            pred_short = exact_reachability_gnn(d - 1, aggregation)(x, g.edges, g.t).argmax(-1)
+        assert torch.equal(pred_d, g.y)
+        assert bool((pred_short == 0).all())  # every connected instance is missed
+        acc_short = float((pred_short == g.y).float().mean())
+        assert acc_short <= 0.5 + 0.15  # chance, max(p, 1 - p), up to sampling noise
+        hv = exact_reachability_gnn(d, aggregation)
+        with torch.no_grad():
+            h = hv.embed(x)
+            for layer in hv.layers:
+                h = layer(h, g.edges)
+        dist = bfs_distances(g.edges, g.num_nodes, g.s)
+        assert torch.equal(h[:, :, 0] > 0.5, (dist >= 0) & (dist <= d))
+
+
 def test_model_refuses_an_unknown_aggregation():
     with pytest.raises(ValueError, match="aggregation"):
         MessagePassingGNN(2, 4, 1, aggregation="min")
 
 
 # --------------------------------------------------------------------------- the log-depth side
+def test_doubling_needs_ceil_log2_d_squarings_and_is_correct():
+    for family in FAMILIES:
+        ds = [2, 3, 4, 5, 8, 9, 16] if family != "path" else [1, 2, 3, 4, 5, 8, 9, 16]
+        for d in ds:
+            g = sample_graphs(family, d, 4, seed=d)
+            r, squarings = doubling_connectivity(g.edges, g.num_nodes)
+            assert torch.equal(r[torch.arange(4), g.s, g.t].long(), g.y)
+            assert squarings == math.ceil(math.log2(d))
+
+
+def test_doubling_relation_is_networkx_components():
+    g = sample_graphs("tree", 5, 3, seed=9)
+    r, _ = doubling_connectivity(g.edges, g.num_nodes)
+    for i in range(3):
+        comp = {v: j for j, c in enumerate(nx.connected_components(_nx(g, i))) for v in c}
+        ref = np.array([[comp[u] == comp[v] for v in range(g.num_nodes)] for u in range(g.num_nodes)])
+        assert np.array_equal(r[i].numpy(), ref)
+
+
 def test_mpc_protocol_labels_components_in_few_iterations():
     from hoplib.mpc.protocols import connected_components_protocol
 
