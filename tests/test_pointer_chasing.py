@@ -134,17 +134,6 @@ def test_shallower_hop_rnn_protocol_does_not_reach_the_answer():
     assert pc.decode_answer(inst, int(out.argmax())) is None
 
 
-def test_prefix_rnn_protocol_uses_one_round():
-    inst = pc.random_instance(3, 4, seed=1)
-    x, answer = pc.to_hop_sequence(inst)
-    model = rnn.prefix_rnn(3, inst.alphabet_size, max_len=len(x))
-    board = comm.Blackboard(3)
-    out, bits = rnn.simulate_rnn_protocol(model, x, 3, blackboard=board)
-    assert pc.decode_answer(inst, int(out.argmax())) == answer
-    assert board.rounds == 1
-    assert bits == 2 * model.state_bits()[0] + math.ceil(math.log2(inst.alphabet_size + 1))
-
-
 @pytest.mark.parametrize("kind", rnn.KINDS)
 @pytest.mark.parametrize("players", [1, 3, 7])
 def test_trained_style_rnn_protocol_output_equals_forward_pass(kind, players):
