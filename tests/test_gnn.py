@@ -118,7 +118,7 @@ def test_serialise_with_marks_marks_every_occurrence_of_s_and_t():
     n = g.num_nodes
     ids = serialise(g, marks=True)
     assert int(ids.max()) < vocab_size(n, marks=True) and vocab_size(n, marks=True) == 3 * n + 3
-    edges, s, t = parse_serialised(ids, n, marks=True)
+    edges, s, t = parse_serialised(ids, n)
     assert torch.equal(edges, g.edges) and torch.equal(s, g.s) and torch.equal(t, g.t)
     node_tokens = ids[:, 3:-1].reshape(6, -1, 3)[:, :, 1:]
     assert torch.equal(node_tokens // n == 1, g.edges == g.s[:, None, None])

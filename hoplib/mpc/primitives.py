@@ -31,8 +31,8 @@ def tree_depth(n: int, f: int) -> int:
     return next(d for d in itertools.count() if f**d >= n)
 
 
-def _empty(width: int) -> Table:
-    return Table(np.zeros(0, np.int64), np.zeros((0, width), np.int64))
+def _empty(width: int, dtype: type = np.int64) -> Table:
+    return Table(np.zeros(0, np.int64), np.zeros((0, width), dtype))
 
 
 def local_sort(t: Table, col: int = 0) -> Table:
