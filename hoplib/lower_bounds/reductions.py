@@ -107,15 +107,12 @@ def posted_positions(n: int, num_players: int, window: int,
     protocol: the last min(w, block length) positions of its block [s, e) (a later
     query i >= e sees only keys >= i - w >= e - w) and its global positions, which
     every later query sees. P_1 posts none: nobody comes after it."""
-    out: dict[int, list[int]] = {}
-    for j, (s, e) in comm.block_bounds(n, num_players).items():
-        if j == 1:
-            out[j] = []
-            continue
+    out = {}
+    for j, (s, e) in sorted(comm.block_bounds(n, num_players).items()):
         tail = set(range(max(s, e - window), e))
         glob = {t for t in range(s, e) if global_every and t % global_every == 0}
-        out[j] = sorted(tail | glob)
-    return dict(sorted(out.items()))
+        out[j] = [] if j == 1 else sorted(tail | glob)
+    return out
 
 
 def _longformer_player(model: GPT, num_players: int, posts: dict[int, list[int]]) -> Step:

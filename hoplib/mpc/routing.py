@@ -91,7 +91,7 @@ class RoutingLayer:
         query[1:, :d], query[1:, d] = self.u, 1.0
         keys = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=dev)
         keys[0, d] = 0.75  # the start token: between off-target scores and 1
-        pairs = np.unique(np.column_stack([src, dest]), axis=0)  # sources' S, sorted
+        pairs = np.unique(np.column_stack([src, dest]), axis=0)  # sorted by source
         if len(pairs):
             rank = np.arange(len(pairs)) - np.searchsorted(pairs[:, 0], pairs[:, 0])
             idx = np.zeros((n, rank.max() + 1), np.int64)
