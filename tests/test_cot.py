@@ -13,16 +13,13 @@ from hypothesis import strategies as st
 
 from hoplib.lower_bounds.cot import (
     CHAINS,
-    CotConstruction,
     CotTask,
     chain_length,
     cot_errors,
     cot_model,
-    cot_protocol_bits,
     greedy_decode,
     hops_listed,
     lookups_per_token,
-    simulate_cot_protocol,
     train_cot,
 )
 from hoplib.tasks import find_k, hop_reference
@@ -209,56 +206,6 @@ def test_one_layer_learns_hop_k_with_the_full_pointer_chain() -> None:
     errs = cot_errors(model, task, n_samples=200, device="cpu")
     assert errs[1]["error"] <= 0.02 and errs[1]["chain_exact"] >= 0.98
     assert all(e["error"] <= 0.1 for e in errs.values())
-
-
-def test_construction_decodes_every_chain_and_answer_exactly() -> None:
-    task = CotTask(seq_len=40, alphabet_size=4, max_hops=6, min_hops=0, chain="full")
-    model = CotConstruction(task, coldness=30.0)
-    errs = cot_errors(model, task, n_samples=150, seed=4, device="cpu")
-    assert all(r["error"] == 0.0 and r["chain_exact"] == 1.0 for r in errs.values())
-    assert sum(r["n_answered"] for r in errs.values()) > 800
-
-
-def test_construction_attends_to_one_key_per_head_and_fails_when_warm() -> None:
-    task = CotTask(seq_len=16, alphabet_size=3, max_hops=3, min_hops=1, chain="full")
-    model = CotConstruction(task, coldness=30.0)
-    batch = task.sample(20, k=3, seed=0)
-    x, _ = batch.sequences()
-    att = model.heads(x)
-    t0 = task.prompt_length
-    # the search row of the last input letter peaks on find(N-1) (sequence position = find value), or on 0 (⊥)
-    first = batch.chain[:, 0] - task.ptr_base
-    peak = att["search"][:, t0 - 1].argmax(dim=-1)
-    assert torch.equal(peak, torch.where(batch.chain[:, 0] == task.vocab.no_answer, 0, first))
-    assert (att["search"][:, t0 - 1].max(dim=-1).values > 1 - 1e-9).all()
-    warm = CotConstruction(task, coldness=0.5)
-    assert cot_errors(warm, task, n_samples=100, device="cpu")[3]["error"] > 0.2
-    with pytest.raises(ValueError, match="chain"):
-        CotConstruction(CotTask(seq_len=10, chain="half"))
-
-
-@pytest.mark.parametrize("players", [1, 2, 5])
-def test_protocol_outputs_equal_greedy_decoding_and_bits_equal_formula(players: int) -> None:
-    from hoplib.lower_bounds.communication import Blackboard
-
-    torch.manual_seed(1)
-    task = CotTask(seq_len=16, alphabet_size=4, max_hops=3, chain="full")
-    model = cot_model(task, d_model=32, heads=4)
-    batch = task.sample(4, k=3, seed=7)
-    n_new = chain_length(3, "full") + 1
-    gen = greedy_decode(model, batch.prompt, n_new)
-    for i in range(4):
-        board = Blackboard(players)
-        toks, logits, bits = simulate_cot_protocol(model, batch.prompt[i], n_new, players, blackboard=board)
-        assert toks == gen[i].tolist()
-        full = torch.cat([batch.prompt[i], gen[i, :-1]])[None]
-        assert torch.allclose(logits, model(full)[0, -1].detach(), atol=1e-5)
-        assert bits == board.total_bits == cot_protocol_bits(n_new, players, 32, 4, task.vocab_size)
-        assert board.rounds == n_new
-        if players > 1:
-            assert board.max_message_bits == 32 * (32 + 2 * 4)
-    with pytest.raises(ValueError, match="depth"):
-        simulate_cot_protocol(cot_model(task, d_model=16, heads=2, depth=2), batch.prompt[0], 2, 2)
 
 
 def test_an_unknown_chain_is_refused() -> None:

@@ -1,5 +1,5 @@
-"""Tests for hoplib.lower_bounds.graphs (instances, serialisation) and hoplib.lower_bounds.gnn (locality, exact GNN,
-log-depth side)."""
+"""Tests for hoplib.lower_bounds.graphs (instances, serialisation) and hoplib.lower_bounds.gnn (message passing, the
+exact GNN, the log-depth side, training); the chapter gnn.md asserts locality."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ from hoplib.lower_bounds.gnn import (
     depths_needed,
     doubling_connectivity,
     exact_reachability_gnn,
-    move_source_to_other_component,
-    perturb_outside_ball,
     train_gnn,
     train_transformer,
 )
@@ -120,7 +118,7 @@ def test_serialise_with_marks_marks_every_occurrence_of_s_and_t():
     n = g.num_nodes
     ids = serialise(g, marks=True)
     assert int(ids.max()) < vocab_size(n, marks=True) and vocab_size(n, marks=True) == 3 * n + 3
-    edges, s, t = parse_serialised(ids, n, marks=True)
+    edges, s, t = parse_serialised(ids, n)
     assert torch.equal(edges, g.edges) and torch.equal(s, g.s) and torch.equal(t, g.t)
     node_tokens = ids[:, 3:-1].reshape(6, -1, 3)[:, :, 1:]
     assert torch.equal(node_tokens // n == 1, g.edges == g.s[:, None, None])
@@ -135,7 +133,7 @@ def test_node_features_marks_s_and_t():
     assert x[:, :, :2].sum().item() == 10
 
 
-# --------------------------------------------------------------------------- the GNN and locality
+# --------------------------------------------------------------------------- the GNN
 def test_aggregate_matches_a_loop_over_neighbours():
     g = sample_graphs("tree", 4, 3, seed=0)
     h = torch.randn(3, g.num_nodes, 5, dtype=torch.float64)
@@ -147,55 +145,6 @@ def test_aggregate_matches_a_loop_over_neighbours():
                 nb = torch.stack([h[i, u] for u in graph.neighbors(v)])
                 ref = {"sum": nb.sum(0), "mean": nb.mean(0), "max": nb.max(0).values}[how]
                 assert torch.allclose(out[i, v], ref)
-
-
-@pytest.mark.parametrize("aggregation", AGGREGATIONS)
-@pytest.mark.parametrize("family", FAMILIES)
-def test_gnn_output_depends_only_on_the_l_hop_ball(family, aggregation):
-    """Locality (behind Theorem 5.1): changing features and edges outside t's L-ball leaves the output at t
-    bit-identical; changing them outside the (L-1)-ball does change it."""
-    g = sample_graphs(family, 5, 32, seed=7)
-    x = node_features(g, 4, seed=1).double()
-    for depth in (1, 2, 4):
-        torch.manual_seed(depth)
-        model = MessagePassingGNN(6, 8, depth, aggregation=aggregation).double()
-        with torch.no_grad():
-            out = model(x, g.edges, g.t)
-            e2, x2 = perturb_outside_ball(g, x, g.t, depth, seed=3)
-            assert (e2 != g.edges).any()  # the perturbation really rewires edges
-            assert torch.equal(model(x2, e2, g.t), out)
-            e3, x3 = perturb_outside_ball(g, x, g.t, depth - 1, seed=3)
-            assert (model(x3, e3, g.t) - out).abs().max() > 1e-9
-
-
-def test_perturbation_keeps_the_ball():
-    g = sample_graphs("tree", 6, 16, seed=2)
-    x = node_features(g)
-    e2, _ = perturb_outside_ball(g, x, g.t, 3, seed=0)
-    d1 = bfs_distances(g.edges, g.num_nodes, g.t)
-    d2 = bfs_distances(e2, g.num_nodes, g.t)
-    inside = (d1 >= 0) & (d1 <= 3)
-    assert torch.equal(inside, (d2 >= 0) & (d2 <= 3))
-    assert torch.equal(d1[inside], d2[inside])
-
-
-def test_moving_s_outside_the_ball_fools_every_shallow_gnn():
-    """The pairing argument: for L < D, a connected instance and the same graph with s moved to the other
-    component give the same output at t, so the GNN is wrong on one of them."""
-    g = sample_graphs("path", 6, 64, seed=1, p_connected=1.0)
-    g0 = move_source_to_other_component(g)
-    assert not bool(g0.y.any())
-    for depth in range(6):
-        torch.manual_seed(depth)
-        model = MessagePassingGNN(6, 8, depth).double()
-        with torch.no_grad():
-            a = model(node_features(g, 4, seed=0).double(), g.edges, g.t)
-            b = model(node_features(g0, 4, seed=0).double(), g0.edges, g0.t)
-        assert torch.equal(a, b)
-    model = exact_reachability_gnn(6)
-    a = model(node_features(g), g.edges, g.t).argmax(-1)
-    b = model(node_features(g0), g0.edges, g0.t).argmax(-1)
-    assert bool((a == 1).all()) and bool((b == 0).all())
 
 
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
@@ -332,6 +281,24 @@ def test_train_edge_transformer_learns_diameter_two_paths_at_depth_one(pairs):
     r = train_edge_transformer("path", 2, 1, steps=400, d_model=32, heads=2, lr=3e-3, eval_size=256, pairs=pairs)
     assert r["model"] == "edge-transformer" and r["accuracy"] >= 0.9 and r["edge_accuracy"] >= 0.9
     assert r["target"] == ("edges+pairs" if pairs else "edges")
+
+
+def test_edge_jobs_in_two_worker_processes_give_the_records_of_one_thread_in_process():
+    # the chapter trains its live models with map_points(gnn.edge_job, ..., workers=2)
+    from hoplib.lower_bounds.gnn import edge_job
+    from hoplib.sweep import map_points
+
+    points = [{"family": "path", "diameter": 2, "depth": depth, "steps": 6, "d_model": 16, "heads": 2,
+               "eval_size": 32, "pairs": depth == 2, "seed": 3} for depth in (1, 2, 1)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = [edge_job(i, p) for i, p in enumerate(points)]
+    finally:
+        torch.set_num_threads(threads)
+    workers = map_points(edge_job, points, workers=2)
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in workers] == \
+        [{k: v for k, v in r.items() if k != "seconds"} for r in alone]
 
 
 def test_same_component_is_the_equivalence_relation_of_the_two_components():

@@ -1,5 +1,6 @@
-"""Tests of hoplib.lower_bounds.pointer_chasing (Definition E.2, Proposition E.4's encoding, Proposition E.3's
-two protocols) and of Corollary 5.2's reduction (hoplib.lower_bounds.rnn.simulate_rnn_protocol) on its instances."""
+"""Tests of hoplib.lower_bounds.pointer_chasing (Definition E.2, Proposition E.4's encoding; the chapter rnn.md
+checks Proposition E.3's two protocols) and of Corollary 5.2's reduction (hoplib.lower_bounds.rnn.
+simulate_rnn_protocol) on its instances."""
 
 import math
 
@@ -107,21 +108,6 @@ def test_decode_answer_accepts_tensors_and_rejects_other_symbols():
     assert pc.decode_answer(inst, -1) is None
 
 
-@pytest.mark.parametrize("k,q", [(1, 4), (2, 5), (5, 8), (7, 3)])
-def test_k_round_and_one_round_protocols_solve_pointer_chasing(k, q):
-    for seed in range(15):
-        inst = pc.random_instance(k, q, seed)
-        out, board = pc.solve_by_protocol(inst, "k_rounds")
-        assert out == inst.answer
-        assert board.rounds == k
-        assert board.max_message_bits == (math.ceil(math.log2(q)) if k > 1 else 1)
-        out1, board1 = pc.solve_by_protocol(inst, "one_round")
-        assert out1 == inst.answer
-        assert board1.rounds == 1
-        assert board1.max_message_bits == (q if k > 1 else 1)
-        assert board1.total_bits == (k - 1) * q + 1
-
-
 # --------------------------------------------------------------------------- Corollary 5.2's reduction
 @pytest.mark.parametrize("k,q", [(1, 3), (2, 4), (3, 5), (4, 3)])
 def test_depth_k_hop_rnn_run_as_a_protocol_answers_pointer_chasing(k, q):
@@ -146,17 +132,6 @@ def test_shallower_hop_rnn_protocol_does_not_reach_the_answer():
     x, _ = pc.to_hop_sequence(inst)
     out, _ = rnn.simulate_rnn_protocol(rnn.hop_rnn(3, inst.alphabet_size), x, 4)
     assert pc.decode_answer(inst, int(out.argmax())) is None
-
-
-def test_prefix_rnn_protocol_uses_one_round():
-    inst = pc.random_instance(3, 4, seed=1)
-    x, answer = pc.to_hop_sequence(inst)
-    model = rnn.prefix_rnn(3, inst.alphabet_size, max_len=len(x))
-    board = comm.Blackboard(3)
-    out, bits = rnn.simulate_rnn_protocol(model, x, 3, blackboard=board)
-    assert pc.decode_answer(inst, int(out.argmax())) == answer
-    assert board.rounds == 1
-    assert bits == 2 * model.state_bits()[0] + math.ceil(math.log2(inst.alphabet_size + 1))
 
 
 @pytest.mark.parametrize("kind", rnn.KINDS)

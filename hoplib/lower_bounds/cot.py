@@ -1,11 +1,11 @@
 """One-layer transformers with chain of thought on hop_k (Definition 5.5, Corollary 5.6; the chapter
-``chain_of_thought.md`` explains the format). The full chain for hop_k is ``@p_1 (p_1,a_1) ... @p_k``, a pointer
-token after each search and a pair token after each fetch, then the answer; the half chain lists every other
-hop, ``none`` answers at once. Token ids extend :class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pairs."""
+``chain_of_thought.md`` explains the format, builds a one-layer model by hand and runs Corollary 5.6's
+reduction). The full chain for hop_k is ``@p_1 (p_1,a_1) ... @p_k``, a pointer token after each search and a pair
+token after each fetch, then the answer; the half chain lists every other hop, ``none`` answers at once. Token ids
+extend :class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pairs."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +14,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hoplib._book.device import autocast, get_device
-from hoplib.lower_bounds import communication as comm
 from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask, find_k, hop
-from hoplib.train import TrainConfig, optimise
+from hoplib.train import TrainConfig, _step_forward, optimise
 
 CHAINS = ("none", "half", "full")
 _EVAL_SEED_BASE = 2**29  # evaluation seeds (per k) and training seeds (per step) are disjoint, below 2**32
@@ -193,172 +192,6 @@ def cot_errors(model: nn.Module, task: CotTask, *, ks: list[int] | None = None, 
     return out
 
 
-class CotConstruction(nn.Module):
-    """A hand-built ONE-layer softmax transformer that writes the full chain and answers hop_k exactly: three
-    heads in parallel (:meth:`heads`), every score gap at least 1, softmax at inverse temperature ``coldness``
-    (Lemma A.2), float64 scores; the token-wise output map is code, not MLP weights."""
-
-    def __init__(self, task: CotTask, coldness: float = 30.0):
-        super().__init__()
-        if task.chain != "full":  # the other formats would decode silently wrong
-            raise ValueError(f"task.chain must be 'full' for the construction, got {task.chain!r}")
-        self.task, self.coldness = task, float(coldness)
-
-    def _fields(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per token: its position t, kind, letter a and pointer p (a letter's p is t - 1)."""
-        task, v = self.task, self.task.vocab
-        alpha = task.hop_task.alphabet_size
-        t = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-        letter = (ids >= v.first_letter) & (ids < v.no_answer)
-        ptr = (ids >= task.ptr_base) & (ids < task.pair_base)
-        pair = (ids - task.pair_base).clamp(min=0)
-        a = torch.where(letter, ids - v.first_letter, pair % alpha)
-        p = torch.where(letter, t - 1, torch.where(ptr, ids - task.ptr_base, pair // alpha))
-        return {"t": t, "letter": letter, "ptr": ptr, "pair": ids >= task.pair_base, "a": a, "p": p,
-                "start": t == 0, "other": ~letter & (t > 0)}
-
-    def heads(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The three heads' attention weights (B, T, T), rows = queries."""
-        f = self._fields(ids)
-        n, alpha = self.task.n_letters, self.task.hop_task.alphabet_size
-        lam = 2.0 * n + 4.0
-        one = torch.ones_like(ids, dtype=torch.float64)
-
-        def col(x: torch.Tensor) -> torch.Tensor:
-            return x.double().unsqueeze(-1)
-
-        # search: score s at a letter key s <= p, lam more if its letter is a;
-        # lam / 2 at the start token (no match), -2 lam at any other token
-        s_idx = torch.arange(n + 1, device=ids.device)
-        row = torch.where(s_idx <= f["p"].unsqueeze(-1), s_idx, -lam)
-        q_s = torch.cat([row, lam * F.one_hot(f["a"], alpha),
-                         col(lam / 2 * one), col(-2 * lam * one)], -1)
-        q_s = q_s * col(f["letter"] | f["pair"])
-        k_s = torch.cat([F.one_hot(f["t"].clamp(max=n), n + 1) * col(f["letter"]),
-                         F.one_hot(f["a"], alpha) * col(f["letter"]),
-                         col(f["start"]), col(f["other"])], -1)
-        # fetch: the quadratic lookUp 2(p + 1)s - s^2 of position p + 1
-        t, isl = f["t"].double(), f["letter"].double()
-        q_f = torch.stack([2.0 * (f["p"] + 1).double(), -one, -one], -1)
-        q_f = q_f * col(f["ptr"])
-        k_f = torch.stack([t * isl, t * t * isl, 1.0 - isl], -1)
-        # k: a constant query, the key "is position 0"
-        q_k, k_k = col(one), col(f["start"])
-        qk = {"search": (q_s, k_s), "fetch": (q_f, k_f), "k": (q_k, k_k)}
-        size = ids.shape[1]
-        causal = torch.ones(size, size, dtype=torch.bool, device=ids.device).tril()
-        out = {}
-        for name, (q, k) in qk.items():
-            scores = self.coldness * (q.double() @ k.double().transpose(-2, -1))
-            out[name] = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        return out
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, vocab): a one-hot vote for the next token at every position."""
-        task, v = self.task, self.task.vocab
-        alpha = task.hop_task.alphabet_size
-        with torch.autocast(device_type=ids.device.type, enabled=False):
-            f, att = self._fields(ids), self.heads(ids)
-            found = att["search"] @ torch.stack([f["t"] * f["letter"], f["start"]], -1).double()
-            letters = F.one_hot(f["a"], alpha) * f["letter"].unsqueeze(-1)
-            fetched = (att["fetch"] @ letters.double()).argmax(dim=-1)
-            k_val = (att["k"] @ (ids * f["start"]).double().unsqueeze(-1))[..., 0].round().long()
-            j = (f["t"] - task.prompt_length) // 2 + 1  # at the j-th pointer token
-            search = torch.where(found[..., 1] > 0.5, v.no_answer, task.ptr_base + found[..., 0].round().long())
-            search = torch.where(f["letter"] & (k_val == 0), ids, search)
-            fetch = torch.where(j >= k_val, v.first_letter + fetched, task.pair_base + f["p"] * alpha + fetched)
-            nxt = torch.where(f["letter"] | f["pair"], search, torch.where(f["ptr"], fetch, v.blank))
-            nxt = torch.where(ids == v.no_answer, v.no_answer, nxt)
-        return F.one_hot(nxt, task.vocab_size).float()
-
-
-# --------------------------------------------------------------------------- Corollary 5.6's reduction
-def cot_protocol_bits(n_new: int, num_players: int, d_model: int, heads: int, n_classes: int) -> int:
-    """Bits posted by :func:`simulate_cot_protocol`: per round, P_p..P_2 each post (m + 2H) float32 numbers and
-    P_1 posts the next token in ceil(log2 C) bits; n_new = N_CoT + 1 rounds."""
-    return n_new * ((num_players - 1) * 32 * (d_model + 2 * heads) + comm.class_bits(n_classes))
-
-
-def block_softmax_stats(model: GPT, ids: torch.Tensor, pos: torch.Tensor,
-                        q: torch.Tensor) -> torch.Tensor:
-    """What one player posts: per head, over the keys of its block (tokens ``ids``
-    at positions ``pos``), the max score, sum exp(score - max) and
-    sum exp(score - max) * value: (H, d + 2) numbers."""
-    blk = model.blocks[0]
-    x = blk.ln1(model.wte(ids) + model.wpe(pos)).unsqueeze(0)
-    _, k, v = (z[0] for z in blk.attn.qkv_heads(x))  # (H, n, d)
-    sc = (k @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1])  # (H, n)
-    mx = sc.max(dim=-1).values
-    w = torch.exp(sc - mx.unsqueeze(-1))
-    return torch.cat([mx.unsqueeze(-1), w.sum(-1, keepdim=True),
-                      (w.unsqueeze(-1) * v).sum(1)], dim=-1)
-
-
-def finish_token(model: GPT, x: torch.Tensor,
-                 parts: list[torch.Tensor]) -> torch.Tensor:
-    """P_1's step: merge the blocks' statistics into exact softmax attention, then
-    finish the layer at the query (projection, residual, MLP, final LayerNorm,
-    head): the logits (C,)."""
-    blk = model.blocks[0]
-    st = torch.stack(parts)  # (P, H, d + 2)
-    mx = st[..., 0].max(dim=0).values
-    scale = torch.exp(st[..., 0] - mx)  # (P, H)
-    num = (scale.unsqueeze(-1) * st[..., 2:]).sum(0)  # (H, d)
-    y = num / (scale * st[..., 1]).sum(0).unsqueeze(-1)
-    h = x + blk.attn.project(y.unsqueeze(1).unsqueeze(0))[0]
-    h = model.ln_f(h + blk.mlp(blk.ln2(h)))
-    return (h if model.unembed is None else model.unembed(h))[0]
-
-
-def _cot_player(model: GPT, prompt: torch.Tensor, block: tuple[int, int], j: int, num_players: int,
-                generated: list[int], result: dict[str, torch.Tensor]) -> comm.Player:
-    """P_j posts its block's statistics for the current query; P_1 merges them and posts the next token."""
-    t0, dev, blk = prompt.shape[0], prompt.device, model.blocks[0]
-    ids, pos = prompt[block[0]:block[1]], torch.arange(*block, device=dev)  # P_j's private input
-
-    def play(r: int, board: comm.Blackboard) -> object:
-        if r > 1 and len(generated) < r - 1:  # read the previous round's token from P_1's post
-            generated.append(comm.bits_to_int(board.last_message(1, r - 1)))
-        # the public current token: the prompt's last or the last generated one
-        tok = torch.tensor(generated[-1:], device=dev) if generated else prompt[-1:]
-        x = model.wte(tok) + model.wpe(torch.tensor([t0 - 1 + len(generated)], device=dev))
-        q = blk.attn.qkv_heads(blk.ln1(x).unsqueeze(0))[0][0, :, 0]  # (H, d)
-        own = block_softmax_stats(model, ids, pos, q)
-        if j > 1:
-            return comm.floats_to_bits(own)
-        parts = [own] + [comm.bits_to_floats(board.last_message(i, r), own.shape, dev)
-                         for i in range(2, num_players + 1)]
-        if generated:
-            parts.append(block_softmax_stats(model, torch.tensor(generated, device=dev),
-                                             torch.arange(t0, t0 + len(generated), device=dev), q))
-        logits = result["logits"] = finish_token(model, x, parts)
-        return comm.int_to_bits(int(logits.argmax()), comm.class_bits(logits.shape[-1]))
-    return play
-
-
-@torch.no_grad()
-def simulate_cot_protocol(model: GPT, prompt: torch.Tensor, n_new: int, num_players: int,
-                          blackboard: comm.Blackboard | None = None) -> tuple[list[int], torch.Tensor, int]:
-    """Greedy decoding of a ONE-layer :class:`hoplib.models.GPT` as Cor. 5.6's protocol: the prompt (1-D ids) in
-    ``num_players`` blocks, P_1 holding the rightmost; generated tokens and the prompt's last token are public;
-    round r produces token r. Returns ``(tokens, last_logits, bits)``, tokens equal to :func:`greedy_decode`'s."""
-    if model.config.depth != 1:  # the protocol would simulate a different model
-        raise ValueError(f"model must have depth 1 (Corollary 5.6 is about one layer), got {model.config.depth}")
-    prompt = prompt.to(next(model.parameters()).device)
-    generated: list[int] = []
-    result: dict[str, torch.Tensor] = {}
-    players = [_cot_player(model, prompt, block, j, num_players, generated, result)
-               for j, block in sorted(comm.block_bounds(prompt.shape[0], num_players).items())]
-    was = model.training
-    model.eval()
-    try:
-        board = comm.run_protocol(players, n_new, blackboard=blackboard)
-    finally:
-        model.train(was)
-    generated.append(comm.bits_to_int(board.output))
-    return generated, result["logits"], board.total_bits
-
-
 # --------------------------------------------------------------------------- training
 def train_cot(model: nn.Module, task: CotTask, *, steps: int, batch_size: int = 64, lr: float = 3e-3,
               warmup_steps: int = 50, weight_decay: float = 0.01, seed: int = 0,
@@ -372,10 +205,14 @@ def train_cot(model: nn.Module, task: CotTask, *, steps: int, batch_size: int = 
     dev = get_device(device)
     model.to(dev)
 
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return task.sample(batch_size, seed=_TRAIN_SEED_BASE + seed * 2**20 + step, device=dev).sequences()
+
+    forward = _step_forward(model, False, batch(0)[0])  # a GPT's ids are checked once, not at every step
+
     def step_loss(step: int) -> torch.Tensor:
-        batch = task.sample(batch_size, seed=_TRAIN_SEED_BASE + seed * 2**20 + step, device=dev)
-        x, y = batch.sequences()
-        logits = model(x)
+        x, y = batch(step)
+        logits = forward(x)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
 
     hist = optimise(model, step_loss, config, device=dev, progress=progress, desc=f"cot {task.chain}")

@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from hoplib.models import ATTENTIONS, AttentionSpec, CausalSelfAttention, GPTConfig, register_attention
-from hoplib.tasks import HopTask, find_k
 
 KINDS = ("softmax", "performer", "longformer")
 """The attentions compared in Corollaries 5.3 and 5.4: the paper's softmax and the two efficient ones."""
@@ -202,21 +201,3 @@ def attention_spec(kind: str, *, n_features: int | None = None, window: int | No
     if unused:  # a setting silently ignored would make another model than the one asked for
         raise ValueError(f"{unused} are not settings of {kind!r} attention")
     return spec(**{name: value for name, value in given.items() if name in fields and value is not None})
-
-
-def out_of_reach(task: HopTask, window: int, depths: list[int], *, n_samples: int = 100,
-                 seed: int = 0) -> dict[tuple[int, int], float]:
-    """``{(L, k): share}``: on the test samples of :func:`hoplib.evaluate.per_k_error` (this ``seed``), the
-    share of answered positions whose hop_k needs a letter more than L w positions back, out of the reach of
-    L Longformer layers of window radius w (global position 0 holds only the hop count)."""
-    out = {}
-    for k in range(max(task.min_hops, 1), task.max_hops + 1):
-        letters, _ = task.draw(n_samples, k, seed + k, "cpu")
-        pointer = find_k(letters, k)
-        answered = pointer >= 0
-        span = torch.arange(letters.shape[-1]) - pointer + 2  # from the last match to i
-        keep = answered.sum(dim=1) > 0
-        for d in depths:
-            far = ((span > d * window + 1) & answered).sum(dim=1).double()
-            out[(d, k)] = float((far[keep] / answered.sum(dim=1)[keep]).mean())
-    return out

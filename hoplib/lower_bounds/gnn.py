@@ -1,10 +1,10 @@
 """Message-passing GNNs against transformers on graph connectivity (Theorem 5.1, Corollaries 3.3 and 3.5) on the
-instances of :mod:`hoplib.lower_bounds.graphs`: the GNN and its locality, the exact GNN and pointer doubling,
-training GNNs and transformers, and the edge-set transformer of Corollary 3.3's input."""
+instances of :mod:`hoplib.lower_bounds.graphs`: the GNN, the exact GNN and pointer doubling (the chapter's
+exercises check answers against them), the MPC components protocol, training GNNs and transformers, and the
+edge-set transformer of Corollary 3.3's input (the chapter ``gnn.md`` runs the locality checks)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -107,36 +107,6 @@ def exact_reachability_gnn(depth: int,
     return model
 
 
-# --------------------------------------------------------------------------- locality
-def perturb_outside_ball(batch: graphs.GraphBatch, x: torch.Tensor, centre: torch.Tensor, radius: int, *,
-                         seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(edges', x')``: nodes farther than ``radius`` from ``centre`` get fresh normal features, and edges
-    between two such nodes become random edges between such nodes; edges at nodes within ``radius`` stay."""
-    gen = torch.Generator(device=batch.device).manual_seed(seed)
-    d = graphs.bfs_distances(batch.edges, batch.num_nodes, centre)
-    inside = (d >= 0) & (d <= radius)
-    far = ~inside
-    x2 = torch.where(far[:, :, None], torch.randn(x.shape, generator=gen, device=x.device), x)
-    edges = batch.edges.clone()
-    rows = torch.arange(batch.batch_size, device=batch.device)[:, None]
-    both_far = far[rows, edges[:, :, 0]] & far[rows, edges[:, :, 1]]
-    keys = torch.rand(batch.batch_size, batch.num_nodes, generator=gen, device=batch.device) + inside.float() * 2
-    n_far = far.sum(1)
-    for j in range(2):
-        pick = torch.randint(0, 2**31 - 1, edges.shape[:2], generator=gen, device=batch.device)
-        new = torch.argsort(keys, dim=1).gather(1, pick % n_far.clamp(min=1)[:, None])  # far nodes come first
-        edges[:, :, j] = torch.where(both_far, new, edges[:, :, j])
-    return edges, x2
-
-
-def move_source_to_other_component(batch: graphs.GraphBatch) -> graphs.GraphBatch:
-    """Each instance with ``s`` moved to the smallest-named node of the component without ``t`` (y = 0)."""
-    other = graphs.bfs_distances(batch.edges, batch.num_nodes, batch.t) < 0
-    idx = torch.arange(batch.num_nodes, device=batch.device).expand_as(other)
-    s2 = torch.where(other, idx, batch.num_nodes).min(1).values
-    return dataclasses.replace(batch, s=s2, y=torch.zeros_like(batch.y))
-
-
 # --------------------------------------------------------------------------- log-depth side
 def doubling_connectivity(edges: torch.Tensor,
                           num_nodes: int) -> tuple[torch.Tensor, int]:
@@ -228,7 +198,8 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
                     depth=depth, d_model=d_model, heads=heads, n_classes=2)
 
     def loss_and_acc(model: nn.Module, g: graphs.GraphBatch, data_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = model(graphs.serialise(g, probe.num_nodes, marks=marks))[:, -1].float()
+        ids = graphs.serialise(g, probe.num_nodes, marks=marks)  # in range by construction: no check (a sync)
+        logits = model.forward_unchecked(ids)[:, -1].float()
         return F.cross_entropy(logits, g.y), (logits.argmax(-1) == g.y).float().mean()
 
     record = {"model": "transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
@@ -333,6 +304,12 @@ def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: i
                  record, family=family, diameter=diameter, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
                  weight_decay=0.01, device=device, eval_size=eval_size)
     return {**out, "edge_accuracy": edge_acc[-1]}
+
+
+def edge_job(index: int, point: dict) -> dict:
+    """:func:`train_edge_transformer` on the keyword arguments ``point``: a job of :func:`hoplib.sweep.map_points`
+    (each point carries its seed, so its record does not depend on the process that trains it)."""
+    return train_edge_transformer(**point)
 
 
 # --------------------------------------------------------------------------- reading sweeps

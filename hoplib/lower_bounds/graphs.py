@@ -170,8 +170,7 @@ def vocab_size(n_ids: int, *, marks: bool = False) -> int:
     return (3 if marks else 1) * n_ids + 3
 
 
-def parse_serialised(ids: torch.Tensor, n_ids: int, *, marks: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Inverse of :func:`serialise`: ``(edges (B, E, 2), s (B,), t (B,))`` from token ids (B, 3E + 4)."""
+def parse_serialised(ids: torch.Tensor, n_ids: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`serialise` (with or without marks): edges (B, E, 2), s, t (B,) from ids (B, 3E + 4)."""
     body = ids[:, 3:-1].reshape(ids.shape[0], -1, 3)
     return body[:, :, 1:] % n_ids, ids[:, 1] % n_ids, ids[:, 2] % n_ids

@@ -1,14 +1,12 @@
-"""Pointer chasing (Definition E.2), its encoding as hop_k (Proposition E.4) and two protocols, one per side
-of Proposition E.3. Vertex u of V_j is the symbol u (j odd) or q + u (j even); the halves are 2q and 2q + 1."""
+"""Pointer chasing (Definition E.2) and its encoding as hop_k (Proposition E.4); the chapter ``rnn.md`` runs
+the two protocols of Proposition E.3. Vertex u of V_j is the symbol u (j odd) or q + u (j even); the halves are
+2q and 2q + 1."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from hoplib.lower_bounds.communication import Blackboard, Player, bits_to_int, int_to_bits, run_protocol
 
 
 @dataclass(frozen=True)
@@ -83,58 +81,3 @@ def decode_answer(instance: PointerChasingInstance, symbol: int) -> int | None:
 def lower_bound_scale(n: int, k: int) -> float:
     """N / k^6, the scale of Proposition E.4's bound s = Omega(N / k^6) (constants unknown)."""
     return n / k**6
-
-
-STRATEGIES = ("k_rounds", "one_round")
-
-
-def pointer_chasing_players(instance: PointerChasingInstance,
-                            strategy: str = "k_rounds") -> list[Player]:
-    """The k players' strategies; P_j sees only E_j and the blackboard.
-
-    ``"k_rounds"``: in round r, P_r posts v_{r+1} (P_k posts the half); P_1 repeats
-    the answer in round k. ``"one_round"``: P_k posts the half reached from every
-    vertex of V_k (q bits); each next P_j composes that table with E_j and posts it;
-    P_1 looks up the start vertex.
-    """
-    inst, k = instance, instance.k
-    width = max(1, math.ceil(math.log2(inst.q)))
-
-    def make(j: int) -> Player:
-        edges = inst.matchings[j - 1]  # P_j's private input
-
-        def k_rounds(r: int, board: Blackboard) -> object:
-            if j == 1 and r == k and k > 1:
-                return board.last_message(k, r)  # repeat the answer as the output
-            if r != j:
-                return None
-            if j == 1:
-                v = inst.start
-            else:
-                v = bits_to_int(board.last_message(j - 1, r - 1))
-            if j == k:
-                return (int(inst.split[edges[v]]),)
-            return int_to_bits(int(edges[v]), width)
-
-        def one_round(r: int, board: Blackboard) -> object:
-            if r != 1:
-                return None
-            if j == k:
-                later = inst.split
-            else:
-                later = np.array(board.last_message(j + 1, 1))
-            table = later[edges]  # the half reached from each vertex of V_j
-            if j == 1:
-                return (int(table[inst.start]),)
-            return tuple(int(t) for t in table)
-
-        return {"k_rounds": k_rounds, "one_round": one_round}[strategy]
-
-    return [make(j) for j in range(1, k + 1)]
-
-
-def solve_by_protocol(instance: PointerChasingInstance, strategy: str = "k_rounds") -> tuple[int, Blackboard]:
-    """Run :func:`pointer_chasing_players`; returns (P_1's output bit, the blackboard)."""
-    rounds = instance.k if strategy == "k_rounds" else 1
-    board = run_protocol(pointer_chasing_players(instance, strategy), rounds)
-    return board.output[0], board

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
@@ -13,8 +12,7 @@ import torch.nn.functional as F
 
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import efficient_attention as attn
-from hoplib.lower_bounds import pointer_chasing as pchase
-from hoplib.models import GPT, GPTConfig
+from hoplib.models import GPT
 
 FLOAT_BITS = 32  # bits per posted number: float32, counted honestly (the paper's p)
 
@@ -109,15 +107,12 @@ def posted_positions(n: int, num_players: int, window: int,
     protocol: the last min(w, block length) positions of its block [s, e) (a later
     query i >= e sees only keys >= i - w >= e - w) and its global positions, which
     every later query sees. P_1 posts none: nobody comes after it."""
-    out: dict[int, list[int]] = {}
-    for j, (s, e) in comm.block_bounds(n, num_players).items():
-        if j == 1:
-            out[j] = []
-            continue
+    out = {}
+    for j, (s, e) in sorted(comm.block_bounds(n, num_players).items()):
         tail = set(range(max(s, e - window), e))
         glob = {t for t in range(s, e) if global_every and t % global_every == 0}
-        out[j] = sorted(tail | glob)
-    return dict(sorted(out.items()))
+        out[j] = [] if j == 1 else sorted(tail | glob)
+    return out
 
 
 def _longformer_player(model: GPT, num_players: int, posts: dict[int, list[int]]) -> Step:
@@ -158,34 +153,3 @@ def longformer_protocol_bits(n: int, num_players: int, n_layers: int, d_model: i
         if j > 1:
             tokens += e - tail + ((tail - 1) // global_every - (s - 1) // global_every if global_every else 0)
     return n_layers * FLOAT_BITS * d_model * tokens + comm.class_bits(n_classes)
-
-
-# --------------------------------------------------------------------------- the reductions on hop_k inputs
-def reduction_record(kind: str, k: int, q: int, *, depth: int, d_model: int, heads: int,
-                     n_features: int | None = None, window: int | None = None, global_every: int | None = None,
-                     seed: int = 0) -> dict[str, Any]:
-    """Run one reduction on a random pointer-chasing instance with k players (Proposition E.4) with a random GPT
-    (weights from ``seed``): the bits posted and the formula's, the longest message, the corollary's message
-    size (m m' H p, or (w + N/(g k)) m H p), N/k^6 and the gap to the forward pass."""
-    instance = pchase.random_instance(k, q, seed=seed)
-    x, _ = pchase.to_hop_sequence(instance)
-    n = len(x)
-    spec = attn.attention_spec(kind, n_features=n_features, window=window, global_every=global_every)
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=instance.alphabet_size, n_positions=n, depth=depth, d_model=d_model,
-                          heads=heads, attention=spec)).eval()
-    board = comm.Blackboard(k)
-    if kind == "performer":
-        out, bits = simulate_kernel_protocol(model, x, k, blackboard=board)
-        formula = kernel_protocol_bits(depth, k, heads, d_model // heads, n_features, model.num_classes)
-        scale: float = d_model * n_features * heads * FLOAT_BITS
-    else:
-        out, bits = simulate_longformer_protocol(model, x, k, blackboard=board)
-        formula = longformer_protocol_bits(n, k, depth, d_model, window, global_every, model.num_classes)
-        scale = (window + (0.0 if global_every is None else n / (global_every * k))) * d_model * heads * FLOAT_BITS
-    with torch.no_grad():
-        direct = model(torch.from_numpy(x).to(out.device)[None])[0, -1]
-    return {"kind": kind, "k": k, "q": q, "N": n, "depth": depth, "d_model": d_model, "heads": heads,
-            "n_features": n_features, "window": window, "global_every": global_every, "bits": bits,
-            "formula_bits": formula, "message_bits": board.max_message_bits, "paper_scale": scale,
-            "N/k^6": pchase.lower_bound_scale(n, k), "max_abs_diff": float((out - direct).abs().max())}

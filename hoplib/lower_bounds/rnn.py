@@ -1,6 +1,7 @@
 """Multi-layer RNNs in the paper's form (Section 5) with states that encode to bits exactly: trained GRU, LSTM and
-Mamba-style layers, the hand-built :func:`hop_rnn`, :func:`prefix_rnn` and :func:`collapse` (classes: the letters
-and "no answer"), and :func:`simulate_rnn_protocol`, Corollary 5.2's reduction."""
+Mamba-style layers, the hand-built :func:`hop_rnn` (classes: the letters and "no answer"; the chapter ``rnn.md``
+builds the prefix-storing RNN and the collapse of depth into width on the same pieces), and
+:func:`simulate_rnn_protocol`, Corollary 5.2's reduction."""
 
 from __future__ import annotations
 
@@ -201,7 +202,7 @@ def recurrent_model(kind: str, vocab_size: int, *, d_model: int = 64, n_layers: 
 
 
 # --------------------------------------------------------------------------- hand-built exact RNNs
-class _LetterEmbed(nn.Module):
+class LetterEmbed(nn.Module):
     """Token-wise: id x -> the pair (x, x), i.e. (symbol, hop_0 output), as a LongTensor (B, T, 2)."""
 
     def __init__(self, alphabet_size: int):
@@ -214,7 +215,7 @@ class _LetterEmbed(nn.Module):
         return torch.stack([ids.long(), ids.long()], dim=-1)
 
 
-class _OneHotReadout(nn.Module):
+class OneHotReadout(nn.Module):
     """Token-wise: (symbol, y) -> one-hot logits of y over alphabet_size + 1 classes (the last is ⊥)."""
 
     def __init__(self, alphabet_size: int):
@@ -264,76 +265,13 @@ class HopLayer(RecurrentLayer):
 def hop_rnn(k: int, alphabet_size: int) -> RecurrentStack:
     """Depth k, width O(|Sigma| log |Sigma|): letters (B, T) -> one-hot logits of hop_k (B, T, |Sigma| + 1)."""
     a = alphabet_size
-    return RecurrentStack(_LetterEmbed(a), [HopLayer(a) for _ in range(k)], _OneHotReadout(a))
-
-
-class PrefixLayer(RecurrentLayer):
-    """The layer of :func:`prefix_rnn`: stores the prefix (``max_len`` symbols) and outputs its hop_k."""
-
-    def __init__(self, k: int, alphabet_size: int, max_len: int):
-        super().__init__()
-        self.k, self.alphabet_size, self.max_len = k, alphabet_size, max_len
-
-    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
-        return [((self.max_len,), comm.class_bits(self.alphabet_size + 1))]
-
-    def forward(self, z: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
-        b, t = z.shape[0], z.shape[1]
-        a = self.alphabet_size
-        buffer = z.new_full((b, self.max_len), a) if state is None else state[0].clone()
-        n0 = int((buffer[0] != a).sum())  # symbols stored so far
-        outs = []
-        for i in range(t):
-            buffer[:, n0 + i] = z[:, i, 0]
-            outs.append(hop_classes(buffer[:, :n0 + i + 1], self.k, a)[:, -1])
-        y = torch.stack(outs, dim=1) if outs else z[..., 1]
-        return torch.stack([z[..., 0], y], dim=-1), (buffer,)
-
-def prefix_rnn(k: int, alphabet_size: int, max_len: int) -> RecurrentStack:
-    """Depth 1, width about N log |Sigma|: stores the prefix; as :func:`hop_rnn` otherwise."""
-    a = alphabet_size
-    return RecurrentStack(_LetterEmbed(a), [PrefixLayer(k, a, max_len)], _OneHotReadout(a))
+    return RecurrentStack(LetterEmbed(a), [HopLayer(a) for _ in range(k)], OneHotReadout(a))
 
 
 def hop_classes(x: torch.Tensor, k: int, alphabet_size: int) -> torch.Tensor:
     """hop_k(x) in the hand-built models' class convention: letters as they are, ⊥ as ``alphabet_size``."""
     h = hop(x, k)
     return torch.where(h == NO_ANSWER, torch.full_like(h, alphabet_size), h)
-
-
-class CollapsedLayer(RecurrentLayer):
-    """Several layers run as one: at each position all of them on that token; the state is theirs side by
-    side, so a depth-L RNN of width m is a depth-1 RNN of width L m."""
-
-    def __init__(self, layers: list[RecurrentLayer]):
-        super().__init__()
-        self.inner = nn.ModuleList(layers)
-
-    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
-        return [spec for layer in self.inner for spec in layer.state_spec()]
-
-    def forward(self, z: torch.Tensor, state: State | None = None
-                ) -> tuple[torch.Tensor, State]:
-        if state is None:
-            states = [None] * len(self.inner)
-        else:
-            states = list(self._split(state))
-        outs = []
-        for i in range(z.shape[1]):  # every layer on token i, then token i + 1
-            zi = z[:, i:i + 1]
-            for j, layer in enumerate(self.inner):
-                zi, states[j] = layer(zi, states[j])
-            outs.append(zi)
-        return torch.cat(outs, dim=1), tuple(t for s in states for t in s)
-
-    def _split(self, state: State) -> list[State]:
-        ends = np.cumsum([0] + [len(layer.state_spec()) for layer in self.inner]).tolist()
-        return [tuple(state[a:b]) for a, b in zip(ends, ends[1:], strict=False)]
-
-
-def collapse(model: RecurrentStack) -> RecurrentStack:
-    """The same function as ``model`` computed by a depth-1 RNN whose state holds every layer's state."""
-    return RecurrentStack(model.embed, [CollapsedLayer(list(model.layers))], model.readout)
 
 
 # --------------------------------------------------------------------------- Corollary 5.2's reduction

@@ -80,17 +80,11 @@ def point_job(task: HopTask, make_build: Callable[[HopTask], Builder], settings:
 
 def sweep_points(task: HopTask, points: Sequence[dict[str, Any]], settings: Mapping[str, Any],
                  make_build: Callable[[HopTask], Builder], *, seed: int = 0, device: str | torch.device = "auto",
-                 workers: int = 1, on_model: Callable[[list[dict[str, Any]]], None] | None = None
-                 ) -> list[dict[str, Any]]:
+                 workers: int = 1) -> list[dict[str, Any]]:
     """:func:`measure_point` for every point (``settings``: steps, warmup_steps, n_samples), in ``workers``
-    processes of one thread each on a CPU; the records of all of them (``on_model`` gets those so far)."""
+    processes of one thread each on a CPU; the records of all of them."""
     job = point_job(task, make_build, settings, seed=seed, device=device)
-
-    def flat(results: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-        return [r for records in results for r in records]
-
-    done = None if on_model is None else (lambda results: on_model(flat(results)))
-    return flat(map_points(job, points, workers=workers, device=job.keywords["device"], on_result=done))
+    return [r for records in map_points(job, points, workers=workers, device=job.keywords["device"]) for r in records]
 
 
 def grid_points(settings: Mapping[str, Any]) -> list[dict[str, Any]]:

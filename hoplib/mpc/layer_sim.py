@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hoplib.mpc.primitives import tree_depth
+from hoplib.mpc.primitives import _empty, tree_depth
 from hoplib.mpc.simulator import Message, MPCSimulator, MPCStats, RoundContext, Table
 
 TOLERANCE = 1e-9  # the largest difference allowed between the MPC run and the direct float64 forward pass
@@ -127,10 +127,6 @@ def layer_as_mpc(layer: AttentionLayer, x: np.ndarray, memory: int, *,
     return y, sim.stats, info
 
 
-def _empty(width: int) -> Table:
-    return Table(np.zeros(0, np.int64), np.zeros((0, width)))
-
-
 def to_token_machines(ctx: RoundContext, mem: dict[str, Table]):
     """Round 1: input token i goes to token machine i."""
     t = mem["in"]
@@ -143,14 +139,14 @@ def push_down(mem: dict[str, Table], level: int, lay: Layout):
     mem, out = dict(mem), {}
     for tree, name in ((0, "_q"), (1, "_kv")):
         if level == lay.depth:
-            xt = mem.get("x", _empty(lay.m + 1))
+            xt = mem.get("x", _empty(lay.m + 1, float))
             q, k, v = lay.layer.qkv(xt.data[:, 1:])
             toks, hm = xt.data[:, 0].astype(np.int64), lay.h * lay.m
             payload = q.reshape(len(toks), hm) if tree == 0 else np.c_[k.reshape(len(toks), hm),
                                                                        v.reshape(len(toks), hm)]
             src_m, src_tok, src_j = xt.machine, toks, np.zeros(len(toks), np.int64)
         else:
-            t = mem.pop(name, _empty(1))
+            t = mem.pop(name, _empty(1, float))
             payload, src_m = t.data, t.machine
             src_tok, src_j = lay.owner(src_m, level)
         pi, ci = lay.children(level, src_j)
@@ -164,7 +160,7 @@ def sums_up(mem: dict[str, Table], level: int, lay: Layout):
     n, m, h = lay.n, lay.m, lay.h
     mem = dict(mem)
     if level == 0 and "_q" in mem:
-        qt, kvt = mem.pop("_q"), mem.pop("_kv", _empty(2 * h * m))
+        qt, kvt = mem.pop("_q"), mem.pop("_kv", _empty(2 * h * m, float))
         oq, okv = np.argsort(qt.machine), np.argsort(kvt.machine)
         mach = qt.machine[oq]
         if not np.array_equal(mach, kvt.machine[okv]):
@@ -175,7 +171,7 @@ def sums_up(mem: dict[str, Table], level: int, lay: Layout):
         if lay.layer.causal:
             logz = np.where((j > i)[:, None], -np.inf, logz)
     else:
-        mach, logz, s = combine(mem.pop("_up", _empty(h * (m + 1))), h, m)
+        mach, logz, s = combine(mem.pop("_up", _empty(h * (m + 1), float)), h, m)
         i, j = lay.owner(mach, level)
     dest = lay.node(0, i, level + 1, j // lay.b)
     return mem, {"_up": Message(mach, dest, np.column_stack([logz, s.reshape(len(mach), h * m)]))}
@@ -184,8 +180,8 @@ def sums_up(mem: dict[str, Table], level: int, lay: Layout):
 def finish(mem: dict[str, Table], lay: Layout):
     """Round 2D+2: token machine i adds the residual, applies psi, sends its row to the first machines."""
     mem = dict(mem)
-    xt = mem.pop("x", _empty(lay.m + 1))
-    mach, _, s = combine(mem.pop("_up", _empty(lay.h * (lay.m + 1))), lay.h, lay.m)
+    xt = mem.pop("x", _empty(lay.m + 1, float))
+    mach, _, s = combine(mem.pop("_up", _empty(lay.h * (lay.m + 1), float)), lay.h, lay.m)
     ox = np.argsort(xt.machine)
     y = lay.layer.psi(xt.data[ox, 1:] + s[np.argsort(mach)].sum(axis=1))
     toks = xt.data[ox, 0].astype(np.int64)

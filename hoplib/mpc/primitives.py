@@ -7,6 +7,7 @@ key never floods a machine. Every step is vectorised over the machines and only 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -27,14 +28,11 @@ def mix_hash(keys: np.ndarray, salt: int) -> np.ndarray:
 
 def tree_depth(n: int, f: int) -> int:
     """Smallest D >= 0 with f**D >= n."""
-    d = 0
-    while f**d < n:
-        d += 1
-    return d
+    return next(d for d in itertools.count() if f**d >= n)
 
 
-def _empty(width: int) -> Table:
-    return Table(np.zeros(0, np.int64), np.zeros((0, width), np.int64))
+def _empty(width: int, dtype: type = np.int64) -> Table:
+    return Table(np.zeros(0, np.int64), np.zeros((0, width), dtype))
 
 
 def local_sort(t: Table, col: int = 0) -> Table:

@@ -274,10 +274,5 @@ def cycles_instance(num_vertices: int, two_cycles: bool, seed: int = 0) -> np.nd
     if n % 2:
         raise ValueError(f"num_vertices must be even (two cycles of n/2), got {n}")
     perm = np.random.default_rng(seed).permutation(n)
-    sizes = [n // 2, n // 2] if two_cycles else [n]
-    edges, start = [], 0
-    for size in sizes:
-        ring = np.arange(start, start + size)
-        edges.append(np.column_stack([ring, np.roll(ring, -1)]))
-        start += size
-    return perm[np.concatenate(edges)].astype(np.int64)
+    rings = np.split(np.arange(n), 2 if two_cycles else 1)
+    return perm[np.concatenate([np.column_stack([r, np.roll(r, -1)]) for r in rings])].astype(np.int64)

@@ -91,7 +91,7 @@ class RoutingLayer:
         query[1:, :d], query[1:, d] = self.u, 1.0
         keys = torch.zeros(n + 1, d + 1, dtype=torch.float64, device=dev)
         keys[0, d] = 0.75  # the start token: between off-target scores and 1
-        pairs = np.unique(np.column_stack([src, dest]), axis=0)  # sources' S, sorted
+        pairs = np.unique(np.column_stack([src, dest]), axis=0)  # sorted by source
         if len(pairs):
             rank = np.arange(len(pairs)) - np.searchsorted(pairs[:, 0], pairs[:, 0])
             idx = np.zeros((n, rank.max() + 1), np.int64)
@@ -166,15 +166,3 @@ def routing_is_exact(result: RoutingResult, src: np.ndarray, dest: np.ndarray, m
     a = np.column_stack([src, dest, msg])
     b = np.column_stack([result.src, result.dest, result.msg])
     return a.shape == b.shape and bool(np.array_equal(a[np.lexsort(a.T[::-1])], b[np.lexsort(b.T[::-1])]))
-
-
-def minimal_slots(num_tokens: int, s: int, beta: int = 1, *, trials: int = 5, seed: int = 0,
-                  device: str | torch.device = "cpu") -> int:
-    """The smallest m' (searched in steps of sqrt 2) at which ``trials`` random full routings all arrive."""
-    m = 8
-    while True:
-        layer = RoutingLayer(num_tokens, s, beta, slots=m, seed=seed, device=device)
-        routings = (random_routing(num_tokens, s, beta, seed=seed + 1000 + t) for t in range(trials))
-        if all(routing_is_exact(layer.forward(*r), *r) for r in routings):
-            return m
-        m = int(math.ceil(m * math.sqrt(2)))

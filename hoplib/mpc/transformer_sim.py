@@ -89,19 +89,3 @@ class TransformerMPC(MPCSimulator):
     def _deliver(self, keep: dict[str, Table], send: dict[str, Message]) -> dict[str, Table]:
         got = self._send(send)
         return super()._deliver(keep, {k: Message(np.zeros(len(t)), t.machine, t.data) for k, t in got.items()})
-
-
-def hop_as_transformer(x, k: int, memory: int, *, device: str | torch.device = "cpu",
-                       seed: int = 0) -> tuple[np.ndarray, TransformerMPC]:
-    """:func:`hoplib.mpc.protocols.hop_protocol` run as a transformer (Theorem 3.1): the answer and the
-    :class:`TransformerMPC`, whose ``layers`` is ``stats.rounds + 1``."""
-    from hoplib.mpc.protocols import hop_protocol
-
-    made: list[TransformerMPC] = []
-
-    def machines(q: int, s: int, audit: bool = False) -> TransformerMPC:
-        made.append(TransformerMPC(q, s, audit=audit, device=device, seed=seed, num_tokens=len(x)))
-        return made[0]
-
-    answer, _ = hop_protocol(x, k, memory, seed=seed, simulator=machines)
-    return answer, made[0]
