@@ -213,13 +213,7 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
 class BidirectionalSelfAttention(CausalSelfAttention):
     """Softmax self-attention without the causal mask: every token sees every token (edges form a set)."""
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if not need_weights:
-            drop = self.dropout if self.training else 0.0
-            return F.scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=drop), None
-        att = ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])).softmax(dim=-1)
-        return F.dropout(att, self.dropout, self.training) @ v, att
+    causal = False
 
 
 @register_attention
