@@ -11,12 +11,12 @@ import ast
 import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from hoplib._book.results import Stored
+from hoplib._book.results import Stored, load_stored, results_dir
 from hoplib.tasks import HopTask
 
 THRESHOLD = 0.1
@@ -276,10 +276,12 @@ class StoredSweep:
 def reference_groups(grid: str, label: str = "transformer") -> tuple[dict[str, list[ErrorRecord]], StoredSweep]:
     """The training chapter's stored transformers of grid ``grid`` (``results/training/<grid>/``, fresh
     samples) as :func:`reach_table` groups, one per seed (``"<label>, seed <s>"``), and those runs."""
-    from hoplib.training.sweep import load_stored_sweep  # it imports this module
-
-    sweep = load_stored_sweep(grid)
-    sweep = replace(sweep, runs=tuple(s for s in sweep.runs if s.record["config"]["n_train"] is None))
+    runs = [s for p in sorted((results_dir() / "training" / grid).glob("*/results.json"))
+            if (s := load_stored(f"training/{grid}/{p.parent.name}/results.json")).record.get("complete")
+            and s.record["config"]["n_train"] is None]
+    if not runs:
+        raise ValueError(f"no finished run of the {grid!r} sweep is stored under results/training/{grid}/")
+    sweep = StoredSweep(grid, tuple(runs))
     groups = {f"{label}, seed {seed}": [ErrorRecord(label, r.depth, r.k, r.error, r.width, "paper", r.run)
                                         for r in recs]
               for seed, recs in records_by_seed(sweep.records()).items()}
