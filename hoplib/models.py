@@ -135,17 +135,24 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(m, dim=-1)
         return tuple(z.view(b, t, self.heads, m // self.heads).transpose(1, 2) for z in (q, k, v))  # type: ignore
 
+    causal = True  # without a key_mask: the causal mask, or (False) none
+
+    def key_mask(self, t: int, device: torch.device) -> torch.Tensor | None:
+        """(T, T), True where query i may see key j; None: the mask ``causal`` says."""
+        return None
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Mix the values: ``(y (B, H, T, d), weights (B, H, T, T) or None)``; weights only if ``need_weights``."""
+        t, mask = q.shape[-2], self.key_mask(q.shape[-2], q.device)
         if not need_weights:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal and mask is None,
                                                dropout_p=self.dropout if self.training else 0.0)
             return y, None
-        t = q.shape[-2]  # explicit softmax so the weights can be returned (same maths as SDPA)
+        if mask is None and self.causal:  # explicit softmax so the weights can be returned (same maths as SDPA)
+            mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-        att = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        att = (scores if mask is None else scores.masked_fill(~mask, float("-inf"))).softmax(dim=-1)
         return F.dropout(att, self.dropout, self.training) @ v, att
 
     def project(self, y: torch.Tensor) -> torch.Tensor:

@@ -1,28 +1,26 @@
-"""Tests for hoplib.lower_bounds.cot: the chain-of-thought format, decoding, training and evaluation (Def. 5.5, Cor.
-5.6)."""
+"""Tests for hoplib.lower_bounds.cot, the chain-of-thought format (Def. 5.5, Cor. 5.6), and for the decoding,
+scoring and training of chapters/chain_of_thought.md (its cells tagged ``cot-code``, run here on their own)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import jupytext
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hoplib.lower_bounds.cot import (
-    CHAINS,
-    CotTask,
-    chain_length,
-    cot_errors,
-    cot_model,
-    greedy_decode,
-    hops_listed,
-    lookups_per_token,
-    train_cot,
-)
+from hoplib.lower_bounds.cot import CHAINS, CotTask, chain_length, cot_model, hops_listed, lookups_per_token
 from hoplib.tasks import find_k, hop_reference
+
+CHAPTER = Path(__file__).resolve().parent.parent / "chapters" / "chain_of_thought.md"
+_CELLS: dict = {}  # the names the chapter's cot-code cells define (they import what they use)
+exec(compile("\n\n".join(c.source for c in jupytext.read(CHAPTER, fmt="md:myst").cells  # noqa: S102
+                          if "cot-code" in c.metadata.get("tags", [])), str(CHAPTER), "exec"), _CELLS)
+greedy_decode, cot_errors, train_cot = _CELLS["greedy_decode"], _CELLS["cot_errors"], _CELLS["train_cot"]
 
 
 def _expected_chain(task: CotTask, letters: np.ndarray, k: int) -> list[str]:

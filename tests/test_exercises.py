@@ -157,13 +157,12 @@ def test_rnn_checkers_accept_right_answers_and_reject_wrong_ones():
 
 def test_efficient_attention_checkers_accept_right_and_reject_wrong_answers():
     from hoplib.lower_bounds import efficient_attention as attn
-    from hoplib.lower_bounds import reductions as eff
 
     ex = checkers("efficient_attention")
     assert ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w, g)).passed
     assert not ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w + 1, g)).passed
     assert not ex.check_longformer_mask(lambda n, w, g: np.ones((n, n))).passed
-    right = ex.check_longformer_bits(lambda n, p, L, m, w, g: eff.longformer_protocol_bits(n, p, L, m, w, g, 2) - 1)
+    right = ex.check_longformer_bits(lambda n, p, L, m, w, g: ex.measured_longformer_bits(n, p, L, m, w, g))
     assert right.passed
     assert not ex.check_longformer_bits(lambda n, p, L, m, w, g: L * 32 * m * (p - 1) * w).passed
 

@@ -71,6 +71,27 @@ def test_training_steps_read_no_device_value_between_log_points(n_models):
     assert _reads(30, n_models) == _reads(10, n_models)
 
 
+def test_drawing_fresh_training_batches_reads_no_device_value():
+    # before: find's int16 sort read the letters' min and max, two host reads a batch
+    wide = HopTask(seq_len=40, alphabet_size=40_000, max_hops=5)  # the torch.sort path
+    with HostReads() as reads:
+        for seed in range(3):
+            TASK.sample(8, seed=seed)
+            wide.sample(4, seed=seed)
+    assert reads.n == 0
+    # and with fresh samples, training reads no more device values for more steps
+    assert _fresh_reads(30) == _fresh_reads(10)
+
+
+def _fresh_reads(steps: int) -> int:
+    torch.manual_seed(0)
+    model = gpt_for_task(TASK, depth=1, d_model=16, heads=2)
+    config = TrainConfig(steps=steps, warmup_steps=1, batch_size=8, n_train=None)
+    with HostReads() as reads:
+        fit(model, TASK, config, device="cpu", progress=False)
+    return reads.n
+
+
 def _tiny_loss():
     torch.manual_seed(0)
     w = nn.Linear(3, 2)

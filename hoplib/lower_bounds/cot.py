@@ -1,26 +1,20 @@
 """One-layer transformers with chain of thought on hop_k (Definition 5.5, Corollary 5.6; the chapter
-``chain_of_thought.md`` explains the format, builds a one-layer model by hand and runs Corollary 5.6's
-reduction). The full chain for hop_k is ``@p_1 (p_1,a_1) ... @p_k``, a pointer token after each search and a pair
-token after each fetch, then the answer; the half chain lists every other hop, ``none`` answers at once. Token ids
-extend :class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pairs."""
+``chain_of_thought.md`` explains the format, builds a one-layer model by hand, runs Corollary 5.6's reduction,
+and decodes, scores and trains the models in its cells tagged ``cot-code``). The full chain for hop_k is
+``@p_1 (p_1,a_1) ... @p_k``, a pointer token after each search and a pair token after each fetch, then the
+answer; the half chain lists every other hop, ``none`` answers at once. Token ids extend
+:class:`hoplib.tasks.Vocab` with n pointer and n·|Σ| pairs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-from hoplib._book.device import autocast, get_device
 from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask, find_k, hop
-from hoplib.train import TrainConfig, _step_forward, optimise
 
 CHAINS = ("none", "half", "full")
-_EVAL_SEED_BASE = 2**29  # evaluation seeds (per k) and training seeds (per step) are disjoint, below 2**32
-_TRAIN_SEED_BASE = 2**31
 
 
 # --------------------------------------------------------------------------- the format
@@ -147,73 +141,8 @@ class CotTask:
         return [self.token_str(t) for t in (ids.tolist() if isinstance(ids, torch.Tensor) else ids)]
 
 
-# --------------------------------------------------------------------------- model, decoding
+# --------------------------------------------------------------------------- model
 def cot_model(task: CotTask, *, d_model: int = 64, heads: int = 4, depth: int = 1) -> GPT:
     """A :class:`hoplib.models.GPT` (depth 1 by default) sized for ``task``: one class per token id."""
     return GPT(GPTConfig(vocab_size=task.vocab_size, n_positions=task.n_positions, depth=depth, d_model=d_model,
                          heads=heads))
-
-
-@torch.no_grad()
-def greedy_decode(model: nn.Module, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
-    """The ``n_new`` tokens (B, n_new) that greedy decoding appends to ``prompt`` (B, T0), in eval mode."""
-    was = model.training
-    model.eval()
-    try:
-        ids = prompt
-        for _ in range(n_new):
-            with autocast(ids.device):
-                logits = model(ids)
-            ids = torch.cat([ids, logits[:, -1].float().argmax(dim=-1, keepdim=True)], dim=1)
-        return ids[:, prompt.shape[1]:]
-    finally:
-        model.train(was)
-
-
-def cot_errors(model: nn.Module, task: CotTask, *, ks: list[int] | None = None, n_samples: int = 200,
-               seed: int = 0, device: str | torch.device = "auto", batch_size: int = 1000) -> dict[int, dict]:
-    """Per k, greedy decoding of chain and answer: ``error`` among letter answers (⊥ left out, as in
-    :mod:`hoplib.evaluate`) and ``chain_exact``, the share of exact chains; seeds disjoint from training's."""
-    t = task.hop_task
-    ks = list(range(t.min_hops, t.max_hops + 1)) if ks is None else ks
-    dev = get_device(device)
-    out = {}
-    for k in ks:
-        batch = task.sample(n_samples, k=k, seed=_EVAL_SEED_BASE + seed + k, device=dev)
-        n_cot = chain_length(k, task.chain)
-        gen = torch.cat([greedy_decode(model, batch.prompt[i:i + batch_size], n_cot + 1)
-                         for i in range(0, n_samples, batch_size)])
-        letter = batch.answer != task.vocab.no_answer
-        wrong = (gen[:, -1] != batch.answer) & letter
-        chain_ok = (gen[:, :n_cot] == batch.chain[:, :n_cot]).all(dim=1)
-        n_ans = int(letter.sum())
-        out[k] = {"error": float(wrong.sum()) / n_ans if n_ans else float("nan"),
-                  "chain_exact": float(chain_ok.double().mean()), "n_answered": n_ans, "n_cot": n_cot}
-    return out
-
-
-# --------------------------------------------------------------------------- training
-def train_cot(model: nn.Module, task: CotTask, *, steps: int, batch_size: int = 64, lr: float = 3e-3,
-              warmup_steps: int = 50, weight_decay: float = 0.01, seed: int = 0,
-              device: str | torch.device = "auto", progress: bool = True) -> dict[str, Any]:
-    """Teacher forcing with :func:`hoplib.train.optimise`: cross-entropy on the chain and answer tokens only, the
-    batch of step t drawn with seed 2**31 + seed * 2**20 + t."""
-    if steps >= 2**20:  # training seeds would run into the next seed's
-        raise ValueError(f"steps must be < 2**20, got {steps}")
-    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=warmup_steps,
-                         weight_decay=weight_decay, seed=seed)
-    dev = get_device(device)
-    model.to(dev)
-
-    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return task.sample(batch_size, seed=_TRAIN_SEED_BASE + seed * 2**20 + step, device=dev).sequences()
-
-    forward = _step_forward(model, False, batch(0)[0])  # a GPT's ids are checked once, not at every step
-
-    def step_loss(step: int) -> torch.Tensor:
-        x, y = batch(step)
-        logits = forward(x)
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
-
-    hist = optimise(model, step_loss, config, device=dev, progress=progress, desc=f"cot {task.chain}")
-    return {"loss": hist["loss"], "wall_time_s": hist["wall_time_s"], "steps": hist["steps_done"]}

@@ -144,14 +144,8 @@ class LongformerSelfAttention(CausalSelfAttention):
         super().__init__(cfg)
         self.window, self.global_every = cfg.attention.window, cfg.attention.global_every
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        mask = longformer_mask(q.shape[-2], self.window, self.global_every, device=q.device)
-        if need_weights:
-            att = masked_softmax_weights(q, k, mask)
-            return F.dropout(att, self.dropout, self.training) @ v, att
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
-        return y, None
+    def key_mask(self, t: int, device: torch.device) -> torch.Tensor:
+        return longformer_mask(t, self.window, self.global_every, device=device)
 
 
 @register_attention

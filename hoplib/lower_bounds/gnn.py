@@ -149,17 +149,18 @@ def mpc_components(family: str, diameter: int, delta: str, *,
 
 # --------------------------------------------------------------------------- training
 def _train(make_model: Callable[[], nn.Module], loss_and_acc: Callable[..., tuple[torch.Tensor, torch.Tensor]],
-           record: dict, *, family: str, diameter: int, steps: int, batch_size: int, lr: float, seed: int,
-           weight_decay: float, device: str | torch.device, eval_size: int) -> dict:
-    """Seed torch, build the model and train it with :func:`hoplib.train.optimise` on fresh instances (warmup
-    over a tenth of the steps; step t's batch has seed ``seed * 2**24 + t``), then score ``eval_size`` held-out
-    instances: ``record`` with the accuracy. ``loss_and_acc(model, batch, data_seed) -> (loss, accuracy)``."""
-    t0, dev = time.perf_counter(), get_device(device)
+           record: dict, *, batch_size: int, lr: float, seed: int, weight_decay: float, device: str | torch.device,
+           eval_size: int) -> dict:
+    """Seed torch, build the model, train it with :func:`hoplib.train.optimise` on ``loss_and_acc(model, batch,
+    data_seed) -> (loss, accuracy)`` of fresh instances (``record``'s family, D and steps; warmup a tenth; step t's
+    batch has seed ``seed * 2**24 + t``), then score ``eval_size`` held-out ones: ``record`` with the accuracy."""
+    t0, dev, steps = time.perf_counter(), get_device(device), record["steps"]
     torch.manual_seed(seed)
     model = make_model().to(dev)
 
     def batch_loss(data_seed: int, size: int = batch_size) -> tuple[torch.Tensor, torch.Tensor]:
-        return loss_and_acc(model, graphs.sample_graphs(family, diameter, size, seed=data_seed, device=dev), data_seed)
+        g = graphs.sample_graphs(record["family"], record["D"], size, seed=data_seed, device=dev)
+        return loss_and_acc(model, g, data_seed)
 
     config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=max(1, steps // 10),
                          weight_decay=weight_decay, seed=seed)
@@ -184,8 +185,7 @@ def train_gnn(family: str, diameter: int, depth: int, *, width: int = 32, aggreg
     record = {"model": "gnn", "family": family, "D": diameter, "depth": depth, "width": width,
               "aggregation": aggregation, "n_random": n_random, "steps": steps}
     return _train(lambda: MessagePassingGNN(2 + n_random, width, depth, aggregation=aggregation), loss_and_acc,
-                  record, family=family, diameter=diameter, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
-                  weight_decay=0.0, device=device, eval_size=eval_size)
+                  record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.0, device=device, eval_size=eval_size)
 
 
 def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 64, heads: int = 4,
@@ -204,22 +204,15 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
 
     record = {"model": "transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
               "heads": heads, "marks": marks, "steps": steps}
-    return _train(lambda: GPT(cfg), loss_and_acc, record, family=family, diameter=diameter, steps=steps,
-                  batch_size=batch_size, lr=lr, seed=seed, weight_decay=weight_decay, device=device,
-                  eval_size=eval_size)
+    return _train(lambda: GPT(cfg), loss_and_acc, record, batch_size=batch_size, lr=lr, seed=seed,
+                  weight_decay=weight_decay, device=device, eval_size=eval_size)
 
 
 # --------------------------------------------------------------------------- edge-set transformer
 class BidirectionalSelfAttention(CausalSelfAttention):
     """Softmax self-attention without the causal mask: every token sees every token (edges form a set)."""
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if not need_weights:
-            drop = self.dropout if self.training else 0.0
-            return F.scaled_dot_product_attention(q, k, v, is_causal=False, dropout_p=drop), None
-        att = ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])).softmax(dim=-1)
-        return F.dropout(att, self.dropout, self.training) @ v, att
+    causal = False
 
 
 @register_attention
@@ -301,8 +294,7 @@ def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: i
     record = {"model": "edge-transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
               "heads": heads, "steps": steps, "target": "edges+pairs" if pairs else "edges"}
     out = _train(lambda: EdgeSetTransformer(n_ids, depth, d_model=d_model, heads=heads, pairs=pairs), loss_and_acc,
-                 record, family=family, diameter=diameter, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
-                 weight_decay=0.01, device=device, eval_size=eval_size)
+                 record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.01, device=device, eval_size=eval_size)
     return {**out, "edge_accuracy": edge_acc[-1]}
 
 

@@ -1,9 +1,10 @@
 """The blackboard reductions of Corollaries 5.3 and 5.4: a GPT with kernel (Performer) or Longformer attention
-run as a protocol of players holding blocks of its input, round l computing layer l, every bit counted."""
+run as a protocol of players holding blocks of its input, round l computing layer l, every bit counted
+(:func:`simulate`). The Longformer protocol is here; the chapter ``efficient_attention.md`` writes the kernel
+player on :func:`simulate` and both bit formulas, and asserts them."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -21,14 +22,15 @@ Step = Callable[[int, int, int, torch.Tensor, comm.Blackboard], tuple[torch.Tens
 the activations x (1, T, m) of its block, which starts at position ``lo``."""
 
 
-def _heads(model: GPT, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layer_heads(model: GPT, x: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, keys and values (1, H, T, d) of layer ``layer``'s attention on the activations x (1, T, m)."""
     block = model.blocks[layer]
     return block.attn.qkv_heads(block.ln1(x))
 
 
 @torch.no_grad()
-def _simulate(model: GPT, x: np.ndarray | torch.Tensor, num_players: int, kind: str,
-              make_step: Callable[[int], Step], blackboard: comm.Blackboard | None) -> tuple[torch.Tensor, int]:
+def simulate(model: GPT, x: np.ndarray | torch.Tensor, num_players: int, kind: str,
+             make_step: Callable[[int], Step], blackboard: comm.Blackboard | None) -> tuple[torch.Tensor, int]:
     """Run ``model`` as the protocol whose attention is ``make_step(len(x))`` (the rest of a layer is token-wise);
     P_1 posts the argmax class in the last round. Returns (last-position logits, bits posted)."""
     if model.config.attention.name != kind:  # the other protocol would post the wrong things
@@ -58,48 +60,6 @@ def _simulate(model: GPT, x: np.ndarray | torch.Tensor, num_players: int, kind: 
     return result["output"], board.total_bits
 
 
-# --------------------------------------------------------------------------- Corollary 5.3: kernel attention
-def kernel_player(model: GPT, num_players: int) -> Step:
-    """P_j's attention in round l = layer + 1 of the kernel protocol: continue
-    layer l's running sums (S, z, M) from P_{j+1}'s post over its block, and post
-    the new sums (P_1 posts none)."""
-    cfg = model.config
-    h, dh, mf = cfg.heads, cfg.d_model // cfg.heads, cfg.attention.n_features
-    shapes = [(1, h, mf, dh), (1, h, mf), (1, h)]  # S, z and the stabiliser M
-    sizes = [math.prod(s) for s in shapes]
-
-    def step(layer: int, j: int, lo: int, x: torch.Tensor,
-             board: comm.Blackboard) -> tuple[torch.Tensor, object]:
-        state = None  # P_p starts with empty sums
-        if j < num_players:
-            posted = board.last_message(j + 1, layer + 1)
-            flat = comm.bits_to_floats(posted, (sum(sizes),), x.device)
-            parts = torch.split(flat, sizes)
-            state = tuple(p.reshape(s) for p, s in zip(parts, shapes, strict=True))
-        q, k, v = _heads(model, x, layer)
-        features = model.blocks[layer].attn.features
-        y, state = attn.kernel_attention_prefix(q, k, v, features, state=state)
-        if j == 1:
-            return y.to(v.dtype), None
-        flat = torch.cat([s.reshape(-1) for s in state])
-        return y.to(v.dtype), comm.floats_to_bits(flat)
-    return step
-
-
-def simulate_kernel_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_players: int,
-                             blackboard: comm.Blackboard | None = None) -> tuple[torch.Tensor, int]:
-    """Run a Performer GPT as Corollary 5.3's protocol (:func:`kernel_player`, float32 bits); P_1 posts the
-    argmax class at the end. Returns (last-position logits, bits posted)."""
-    return _simulate(model, x, num_players, "performer", lambda n: kernel_player(model, num_players), blackboard)
-
-
-def kernel_protocol_bits(n_layers: int, num_players: int, heads: int, d_head: int, n_features: int,
-                         n_classes: int) -> int:
-    """Total bits of :func:`simulate_kernel_protocol`: L (p - 1) 32 H (m'(d_head + 1) + 1) + ceil(log2 C)."""
-    message = FLOAT_BITS * heads * (n_features * (d_head + 1) + 1)
-    return n_layers * (num_players - 1) * message + comm.class_bits(n_classes)
-
-
 # --------------------------------------------------------------------------- Corollary 5.4: Longformer masks
 def posted_positions(n: int, num_players: int, window: int,
                      global_every: int | None) -> dict[int, list[int]]:
@@ -124,7 +84,7 @@ def _longformer_player(model: GPT, num_players: int, posts: dict[int, list[int]]
         ctx_x = [comm.bits_to_floats(board.last_message(jj, layer + 1), (len(posts[jj]), m), x.device)
                  for jj in range(num_players, j, -1) if posts[jj]]
         pos = torch.tensor(ctx_pos + list(range(lo, lo + x.shape[1])), device=x.device)
-        q, k, v = _heads(model, torch.cat([*ctx_x, x[0]]).unsqueeze(0), layer)
+        q, k, v = layer_heads(model, torch.cat([*ctx_x, x[0]]).unsqueeze(0), layer)
         allowed = attn.longformer_mask(lo + x.shape[1], spec.window, spec.global_every, x.device)[lo:][:, pos]
         y = F.scaled_dot_product_attention(q[:, :, len(ctx_pos):], k, v, attn_mask=allowed)
         return y, (comm.floats_to_bits(x[0, [t - lo for t in posts[j]]]) if posts[j] else None)
@@ -140,16 +100,4 @@ def simulate_longformer_protocol(model: GPT, x: np.ndarray | torch.Tensor, num_p
     def make_step(n: int) -> Step:
         posts = posted_positions(n, num_players, spec.window, spec.global_every)
         return _longformer_player(model, num_players, posts)
-    return _simulate(model, x, num_players, "longformer", make_step, blackboard)
-
-
-def longformer_protocol_bits(n: int, num_players: int, n_layers: int, d_model: int, window: int,
-                             global_every: int | None, n_classes: int) -> int:
-    """Total bits of :func:`simulate_longformer_protocol`: L 32 m times the tokens P_p, ..., P_2 post, plus
-    ceil(log2 C); about L 32 m (p - 1)(w + N/(g p)) when blocks are at least w long."""
-    tokens = 0
-    for j, (s, e) in comm.block_bounds(n, num_players).items():
-        tail = e - min(window, e - s)  # the last min(w, block length) tokens start here; globals before them
-        if j > 1:
-            tokens += e - tail + ((tail - 1) // global_every - (s - 1) // global_every if global_every else 0)
-    return n_layers * FLOAT_BITS * d_model * tokens + comm.class_bits(n_classes)
+    return simulate(model, x, num_players, "longformer", make_step, blackboard)

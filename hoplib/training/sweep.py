@@ -22,7 +22,7 @@ import torch
 
 from hoplib import report
 from hoplib._book.device import get_device
-from hoplib._book.results import atomic_write_text, load_stored, results_dir
+from hoplib._book.results import atomic_write_text, load_stored
 from hoplib.report import ErrorRecord
 from hoplib.train import (
     DivergedError,
@@ -226,11 +226,6 @@ def load_stored_sweep(name: str) -> report.StoredSweep:
     if not runs:
         raise ValueError(f"no finished run of the {name!r} sweep is stored under results/training/{name}/")
     return report.StoredSweep(name, tuple(runs), tuple(missing))
-
-
-def load_stored_model(name: str, run: str, device: str | torch.device = "cpu"):
-    """``(model, record)`` of the stored run ``results/training/<name>/<run>/``."""
-    return load_run(results_dir() / "training" / name / run, device=device)
 
 
 def published(heads: int = 4, n_train: int | None = None) -> list[ErrorRecord]:
