@@ -83,6 +83,8 @@ def _grid(args: argparse.Namespace, device: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     device = run_device(args)
+    if args.ensemble and not args.grid:
+        raise ValueError("--ensemble trains the runs of a grid together: it needs --grid")
     check_writable(args.out)  # a file, read-only, no room: one line before any training
     try:
         return _main(args, argv, device)
@@ -113,8 +115,6 @@ def _kept(args: argparse.Namespace) -> str:
 def _main(args: argparse.Namespace, argv: list[str] | None, device: str) -> int:
     if args.grid:
         return _grid(args, device)
-    if args.ensemble:
-        raise ValueError("--ensemble trains the runs of a grid together: it needs --grid")
     config = RunConfig.from_dict({k: v for k, v in vars(args).items() if k in RUN_KEYS})
     before = None if args.overwrite or not Path(args.out).is_dir() else finished_results(args.out, config)
     if before is not None and before.get("diverged"):
