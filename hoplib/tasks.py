@@ -36,11 +36,15 @@ def _as_long(x: object, *, symbols: bool = False) -> tuple[torch.Tensor, bool]:
 def _find_torch(x: torch.Tensor, bound: int | None = None) -> torch.Tensor:
     """find on a LongTensor (..., N): sort by (symbol, position), then link each
     entry to its left neighbour in sorted order if that holds the same symbol.
-    ``bound``: the values are known to lie in [0, bound) (their range is not read)."""
+    ``bound``: the values are known to lie in [0, bound) (so their range is not
+    read from the device)."""
     flat = x.reshape(-1, x.shape[-1])
     cpu = flat.device.type == "cpu" and flat.numel() > 0
-    if cpu and (bound <= 2**15 if bound is not None  # else two host reads of the range
-                else -(2**15) <= int(flat.min()) and int(flat.max()) < 2**15):
+    if bound is not None:
+        small = bound <= 2**15
+    else:  # two host reads of the range
+        small = cpu and -(2**15) <= int(flat.min()) and int(flat.max()) < 2**15
+    if cpu and small:
         # NumPy's stable sort of int16 is a radix sort: faster than torch.sort.
         order = np.argsort(flat.numpy().astype(np.int16), axis=-1, kind="stable")
         order = torch.from_numpy(order)

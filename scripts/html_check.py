@@ -9,8 +9,9 @@ on text that Sphinx or myst-nb left unrendered:
 - ``??``, which Sphinx prints for a cross reference it could not resolve;
 - a figure without a caption: every image on a chapter page must sit in a ``<figure>`` with a
   ``<figcaption>`` (glued figures, ``{glue:figure}``), so no figure reaches the reader unexplained;
-- a printed cell output line over ``MAX_COLUMNS`` characters: at 1280 px the code column holds about 84, so a
-  wider line needs a scrollbar and its end is cut off (code cells are checked in the sources by the tests).
+- a code or printed output line over ``MAX_COLUMNS`` characters (cells, quoted library code, commands): at
+  1280 px the code column holds 84 (``_static/hoplib.css``), so a wider line needs a scrollbar and its end is
+  cut off.
 
 Code blocks, cell inputs and printed cell outputs (``<pre>``), and math are not scanned for text defects.
 """
@@ -88,14 +89,14 @@ def _figure_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
     return out
 
 
-def _output_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
+def _width_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
     out = []
-    for cell_output in soup.select("div.cell_output"):
-        for pre in cell_output.find_all("pre"):
-            if "pre-wrap" in str(pre.get("style", "")):
-                continue  # wraps at the page's width (provenance blocks)
-            out += [Defect(page, f"output line over {MAX_COLUMNS} characters", line)
-                    for line in pre.get_text().splitlines() if len(line) > MAX_COLUMNS]
+    main = soup.find("main") or soup.find("article") or soup
+    for pre in main.find_all("pre"):
+        if "pre-wrap" in str(pre.get("style", "")):
+            continue  # wraps at the page's width (provenance blocks)
+        out += [Defect(page, f"code or output line over {MAX_COLUMNS} characters", line)
+                for line in pre.get_text().splitlines() if len(line) > MAX_COLUMNS]
     return out
 
 
@@ -106,7 +107,7 @@ def check_page(path: str | Path, root: str | Path | None = None) -> list[Defect]
         raise FileNotFoundError(f"no HTML page at {path}")
     page = str(path.relative_to(root)) if root is not None else path.name
     soup = BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
-    defects = _text_defects(soup, page) + _output_defects(soup, page)
+    defects = _text_defects(soup, page) + _width_defects(soup, page)
     if path.name not in _PAGES_WITHOUT_FIGURE_RULE:
         defects += _figure_defects(soup, page)
     return defects

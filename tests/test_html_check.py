@@ -39,7 +39,8 @@ def test_a_clean_page_has_no_defects(tmp_path):
     ("<p>see <a href='#'>??</a></p>", "unresolved reference ??"),
     ("<div class='cell_output'><img src='b.png'/></div>", "figure without a caption"),
     ("<figure><img src='c.png'/><figcaption></figcaption></figure>", "figure without a caption"),
-    ("<div class='cell_output'><pre>" + "x" * 85 + "</pre></div>", "output line over 84 characters"),
+    ("<div class='cell_output'><pre>" + "x" * 85 + "</pre></div>", "code or output line over 84 characters"),
+    ("<div class='highlight'><pre>" + "y" * 85 + "</pre></div>", "code or output line over 84 characters"),
 ])
 def test_each_kind_of_defect_is_found(tmp_path, snippet, kind):
     page = _page(tmp_path, GOOD.replace("</main>", snippet + "</main>"))
