@@ -41,10 +41,10 @@ def _find_torch(x: torch.Tensor, bound: int | None = None) -> torch.Tensor:
     flat = x.reshape(-1, x.shape[-1])
     cpu = flat.device.type == "cpu" and flat.numel() > 0
     if bound is not None:
-        small = bound <= 2**15
+        small = cpu and bound <= 2**15
     else:  # two host reads of the range
         small = cpu and -(2**15) <= int(flat.min()) and int(flat.max()) < 2**15
-    if cpu and small:
+    if small:
         # NumPy's stable sort of int16 is a radix sort: faster than torch.sort.
         order = np.argsort(flat.numpy().astype(np.int16), axis=-1, kind="stable")
         order = torch.from_numpy(order)

@@ -58,9 +58,14 @@ def _skipped(node: Tag | NavigableString) -> bool:
     return False
 
 
+def _main(soup: BeautifulSoup) -> Tag | BeautifulSoup:
+    """The page's content, without the theme's navigation around it."""
+    return soup.find("main") or soup.find("article") or soup
+
+
 def _text_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
     out = []
-    main = soup.find("main") or soup.find("article") or soup
+    main = _main(soup)
     for node in main.find_all(string=True):
         if not isinstance(node, NavigableString) or _skipped(node):
             continue
@@ -78,7 +83,7 @@ def _text_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
 
 def _figure_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
     out = []
-    main = soup.find("main") or soup.find("article") or soup
+    main = _main(soup)
     for img in main.find_all("img"):
         src = str(img.get("src", ""))
         if "logo" in " ".join(img.get("class") or ()) or "_static/" in src or _skipped(img):
@@ -91,7 +96,7 @@ def _figure_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
 
 def _width_defects(soup: BeautifulSoup, page: str) -> list[Defect]:
     out = []
-    main = soup.find("main") or soup.find("article") or soup
+    main = _main(soup)
     for pre in main.find_all("pre"):
         if "pre-wrap" in str(pre.get("style", "")):
             continue  # wraps at the page's width (provenance blocks)

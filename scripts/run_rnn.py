@@ -175,17 +175,13 @@ def main(argv: list[str] | None = None) -> Path:
     s = dict(PROFILES[args.profile][args.part])
     path = Path(args.out) / "rnn" / args.profile / (args.part + (f"_seed{args.seed}" if args.seed else "") + ".json")
     params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed}
-    if args.part == "state":  # each family's rate, read from the stored state_lr run (seed 0)
+    picked_by = {"state": ("state_lr", chosen_lrs),  # the lowest error at the reference point
+                 "equal": ("equal_lr", lambda rows: {r["kind"]: r["lr"] for r in sweep.best_lr(rows)})}
+    if args.part in picked_by:  # each family's rate, read from the stored seed-0 run that picked it
         from hoplib._book.results import load_stored
 
-        lr_run = path.with_name("state_lr.json")
-        s["lr_by_kind"] = chosen_lrs(load_stored(str(lr_run.relative_to(args.out)), root=args.out).data)
-    if args.part == "equal":  # each family's rate of lowest mean error over k >= 1, from equal_lr (seed 0)
-        from hoplib._book.results import load_stored
-
-        lr_run = path.with_name("equal_lr.json")
-        stored = load_stored(str(lr_run.relative_to(args.out)), root=args.out).data
-        s["lr_by_kind"] = {r["kind"]: r["lr"] for r in sweep.best_lr(stored)}  # one depth: one rate a kind
+        name, pick = picked_by[args.part]
+        s["lr_by_kind"] = pick(load_stored(f"rnn/{args.profile}/{name}.json", root=args.out).data)
     if args.part not in ("alphabet", "state", "state_lr"):  # depth parts: four letters
         params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
     return run_part(args, s, path, params, depth_sweep)
