@@ -7,8 +7,9 @@
     python scripts/run_efficient_attention.py --part alphabet --alphabets 16 --steps 4000 --out results
     python scripts/run_efficient_attention.py --part longformer_grid --out results  # w x g at one depth
     python scripts/run_efficient_attention.py --part performer_grid --out results  # m', elu map, softmax
+    python scripts/run_efficient_attention.py --part longformer_grid --steps 4000 --out results  # 4x longer
 
-writes ``<out>/efficient_attention/<profile>/<part>[_seed<s>][_steps<n>_a<sizes>].json``.
+writes ``<out>/efficient_attention/<profile>/<part>[_seed<s>][_steps<n>[_a<sizes>]].json``.
 """
 
 from __future__ import annotations
@@ -101,16 +102,20 @@ def grid_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict]
 def main(argv: list[str] | None = None) -> Path:
     p = sweep_parser(__doc__, PROFILES, ("matched", "features", "alphabet", "longformer_grid", "performer_grid"))
     p.add_argument("--alphabets", type=int, nargs="+", help="alphabet part: only these alphabet sizes")
-    p.add_argument("--steps", type=int, help="alphabet part: a control run with this many steps")
+    p.add_argument("--steps", type=int, help="alphabet and grid parts: a control run with this many steps")
     args = p.parse_args(argv)
     device = run_device(args)
     s = dict(PROFILES[args.profile][args.part])
     name = args.part + (f"_seed{args.seed}" if args.seed else "")
     if args.alphabets:
         s["alphabets"] = sorted(set(args.alphabets))
+    if args.steps and args.part not in ("alphabet", "longformer_grid", "performer_grid"):
+        raise SystemExit(f"--steps applies to the alphabet and grid parts, not {args.part}")
     if args.steps:
         s["steps"] = args.steps
-        name += f"_steps{args.steps}_a" + "-".join(map(str, s["alphabets"]))
+        name += f"_steps{args.steps}"
+        if args.part == "alphabet":
+            name += "_a" + "-".join(map(str, s["alphabets"]))
     path = Path(args.out) / "efficient_attention" / args.profile / f"{name}.json"
     params = {"chapter": "efficient_attention", "part": args.part, "profile": args.profile, "device": device,
               "seed": args.seed}
