@@ -26,8 +26,9 @@ BOOK_STYLE = {
     "legend.fontsize": 10, "legend.framealpha": 0.85, "axes.spines.top": False, "axes.spines.right": False,
     "image.cmap": "viridis", "svg.fonttype": "path",
 }
-PAGE_WIDTH_PX = 720
-"""Width in CSS pixels of the book page's content column (sphinx-book-theme at a desktop window)."""
+PAGE_WIDTH_PX = 688
+"""Width in CSS pixels of the book page's content column, where figures are shown (sphinx-book-theme in a
+1280 px window: a code cell's box spans 688 px, measured on a screenshot)."""
 MIN_TEXT_PX = 10.0
 """The smallest text height, in CSS pixels at :data:`PAGE_WIDTH_PX`, that :func:`check_legible` accepts."""
 
@@ -43,9 +44,35 @@ def use_book_style(figure_format: str | None = None) -> str:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # pragma: no cover - plain Python without IPython
         return fmt
-    if get_ipython() is not None:
+    shell = get_ipython()
+    if shell is not None:
         set_matplotlib_formats(fmt)
+        formatter = shell.display_formatter.formatters["image/svg+xml" if fmt == "svg" else "image/png"]
+        formatter.for_type(Figure, _checked(formatter.lookup_by_type(Figure)))
     return fmt
+
+
+def _checked(show):
+    """``show`` (IPython's printer of a figure) after :func:`warn_if_illegible`: every figure a notebook shows
+    (``plt.show()``, the end of a cell, ``display``, ``glue``) is checked."""
+    def checked(fig: Figure, *args, **kwargs):
+        warn_if_illegible(fig)
+        return show(fig, *args, **kwargs)
+    return checked
+
+
+def warn_if_illegible(fig: Figure) -> str | None:
+    """One ``hoplib: figure ... is not legible`` line on stderr when :func:`check_legible` rejects ``fig`` (the
+    book build turns stderr into a warning, and warnings into errors); return the line."""
+    import sys
+
+    try:
+        check_legible(fig)
+    except ValueError as err:
+        line = f"hoplib: a figure is not legible: {err}"
+        print(line, file=sys.stderr)
+        return line
+    return None
 
 
 def _visible_texts(artist) -> list[Text]:
@@ -76,7 +103,7 @@ def check_legible(fig: Figure, *, min_px: float = MIN_TEXT_PX, page_px: int = PA
     """Raise ``ValueError`` naming the texts of ``fig`` smaller than ``min_px`` CSS pixels at the page's width
     (:func:`text_sizes_px`); return the smallest size. The book calls it on every figure it shows."""
     sizes = text_sizes_px(fig, page_px)
-    small = [(round(px, 1), text[:30]) for px, text in sizes if px < min_px]
+    small = [(round(float(px), 1), text[:30]) for px, text in sizes if px < min_px]
     if small:
         raise ValueError(f"{len(small)} texts below {min_px} px at {page_px} px page width "
                          f"(figure {fig.get_figwidth():.1f} in wide): {small[:6]}")

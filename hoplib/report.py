@@ -173,12 +173,18 @@ def plot_error_vs_k(records: Iterable[ErrorRecord], ax=None, *, family: str | No
     return plot_error_vs_k_groups({"": records}, ax, family=family, width=width, **kw)
 
 
+DEPTH_STYLES = ("-", "--", ":", "-.")
+"""Line styles of the depths (shallowest first) when colours show groups."""
+
+
 def plot_error_vs_k_groups(groups: Mapping[str, Iterable[ErrorRecord]], ax=None, *,
                            depths: Iterable[int] | None = None, chance: float | None = None, title: str = "",
-                           metric: str | None = None, logx: bool = False, min_k: int = 0, **select: Any):
+                           metric: str | None = None, logx: bool = False, min_k: int = 0,
+                           colours: Mapping[str, Any] | None = None, legend: bool = True, **select: Any):
     """Error against k for several settings at once (Figures 9 and 16-19 of the paper): one colour per group
-    (a width or a training-set size), one line style per depth; one group gets a colour per depth. ``chance``
-    draws a dotted line. Returns the axes."""
+    (a width or a training-set size; ``colours`` fixes them, e.g. the same across panels), one line style per
+    depth (:data:`DEPTH_STYLES`); one group gets a colour per depth. ``chance`` draws a dotted line; ``legend``
+    False leaves the legend to the caller. Returns the axes."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullFormatter
 
@@ -193,7 +199,9 @@ def plot_error_vs_k_groups(groups: Mapping[str, Iterable[ErrorRecord]], ax=None,
             if len(tables) == 1:  # one colour per depth
                 colour, ls = plt.get_cmap("viridis")(0.9 * j / max(1, len(all_depths) - 1)), "-"
             else:  # one colour per group, one line style per depth
-                colour, ls = plt.get_cmap("plasma")(0.85 * i / max(1, len(tables) - 1)), ["-", "--", ":", "-."][j % 4]
+                colour = (colours[label] if colours else
+                          plt.get_cmap("plasma")(0.85 * i / max(1, len(tables) - 1)))
+                ls = DEPTH_STYLES[j % len(DEPTH_STYLES)]
             ks = [k for k in table[d] if k >= min_k]
             ax.plot(ks, [table[d][k] for k in ks], marker="o", ms=4, ls=ls, color=colour,
                     label=f"{label}, L = {d}" if label else f"L = {d}")
@@ -207,7 +215,8 @@ def plot_error_vs_k_groups(groups: Mapping[str, Iterable[ErrorRecord]], ax=None,
     if chance is not None:
         ax.axhline(chance, color="0.45", lw=1, ls=":", label="chance")
     ax.set(xlabel="k (hops)", ylabel="test error", ylim=(-0.02, max(1.0, (chance or 0) + 0.08)), title=title)
-    ax.legend(ncol=2 if len(ax.get_lines()) > 7 else 1)
+    if legend:
+        ax.legend(ncol=2 if len(ax.get_lines()) > 7 else 1)
     return ax
 
 
@@ -302,7 +311,11 @@ def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, thresho
     doubling = grid[grid >= 2]
     ax.plot(doubling, 2.0 ** (doubling - 2), color="0.6", ls=":", lw=1.4, label="doubling: K = $2^{L-2}$")
     for i, (label, row) in enumerate(reach.items()):
-        ax.plot(list(row), list(row.values()), marker="osD^v<>"[i % 7], lw=1.6, label=label)
+        family = label.split(",")[0].split()[0].lower().replace("softmax", "transformer")
+        colour, marker = FAMILY_STYLE.get(family, (f"C{i % 10}", "osD^v<>"[i % 7]))
+        seed = label.rsplit("seed ", 1)[-1] if "seed " in label else ""
+        ax.plot(list(row), list(row.values()), marker="osD^v<>"[int(seed) % 7] if seed.isdigit() else marker,
+                color=colour, ls="-" if not seed.isdigit() or int(seed) == 0 else "-.", lw=1.6, label=label)
     ax.set_xlabel("depth L")
     ax.set_ylabel(f"largest K solved\n(error ≤ {threshold} at k = 1..K)")
     ax.set_ylim(-0.3, max_hops + 0.5)
@@ -323,17 +336,84 @@ def plot_growth(kstar: Any, refs: Mapping[str, Mapping[int, float]], ax=None, *,
 
     ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
     L = np.arange(2, 7)
-    ax.plot(L, 2.0 ** (L - 1) - 1, "--", color="0.55", label="⌊log₂k⌋+2 ≤ L (Theorem 4.2)")
-    ax.plot(L, 2.0 ** (L - 2), ":", color="0.55", label="⌈log₂k⌉+2 ≤ L (one lookup a layer)")
+    _formula_lines(ax, L)
+    censored_named = False
     for i, (_, g) in enumerate(kstar.reset_index().groupby("seed")):
         g = g.set_index("depth")
         bars = [g["k*"] - g["2.5%"], g["97.5%"] - g["k*"]] if "2.5%" in g else None
         ax.errorbar(g.index + 0.06 * (i - 1), g["k*"], yerr=bars, fmt="o", ms=4, color="C0",
                     label=None if i else "ours, N = 64 (each seed)")
-        ax.plot(g.index[g.censored], g["k*"][g.censored], "^", color="C0", ms=8)
-    for i, (label, row) in enumerate(refs.items()):
-        ax.plot(list(row), list(row.values()), "sD"[i % 2] + "-", color=f"C{i + 1}", label=label)
-    ax.set_yscale("log", base=2)
+        if g.censored.any():  # k* only a lower bound: drawn, and named in the legend, only where it happens
+            ax.plot(g.index[g.censored], g["k*"][g.censored], "^", color="C0", ms=8,
+                    label=None if censored_named else "still below it at the largest k")
+            censored_named = True
+    for i, (label, row) in enumerate(refs.items()):  # colours no trained family uses (FAMILY_STYLE)
+        ax.plot(list(row), list(row.values()), "sD"[i % 2] + "-", color=("0.15", "C6")[i % 2], label=label)
     ax.set(xlabel="depth L", ylabel=f"k where the error crosses {threshold}", xticks=L)
-    ax.legend(fontsize="small", loc="upper left")
+    _log2_k_axis(ax)
     return ax.figure
+
+
+FAMILY_STYLE = {"transformer": ("C0", "o"), "gru": ("C1", "s"), "lstm": ("C2", "D"), "mamba": ("C3", "^"),
+                "performer": ("C4", "v"), "longformer": ("C5", "P")}
+"""Colour and marker of each trained family, the same in every figure that compares them."""
+
+
+def _formula_lines(ax, L: np.ndarray) -> None:
+    """The largest k that Theorem 4.2's depth formulas allow at depths ``L`` (grey)."""
+    ax.plot(L, 2.0 ** (L - 1) - 1, "--", color="0.55", label="⌊log₂k⌋+2 ≤ L (Theorem 4.2)")
+    ax.plot(L, 2.0 ** (L - 2), ":", color="0.55", label="⌈log₂k⌉+2 ≤ L (one lookup a layer)")
+
+
+def plot_families(crossings: Any, ax=None, *, threshold: float = THRESHOLD, formulas: bool = False):
+    """The k where the error crosses ``threshold`` against depth, one line per family (the mean over seeds, a
+    bar from the lowest to the highest seed): ``crossings`` as made by
+    :func:`hoplib.lower_bounds.sweep.family_crossings`. Families with one seed are drawn dashed; ``formulas``:
+    with the grey lines of :func:`plot_growth`."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
+    depths = np.array(sorted(crossings["depth"].unique()))
+    if formulas:
+        _formula_lines(ax, depths)
+    for family, g in crossings.groupby("family", sort=False):
+        by = g.groupby("depth")["k*"]
+        mean, low, high = by.mean(), by.min(), by.max()
+        colour, marker = FAMILY_STYLE.get(family, ("0.3", "o"))
+        seeds = g["seed"].nunique()
+        ax.errorbar(mean.index, mean, yerr=[mean - low, high - mean], color=colour, marker=marker, ms=5,
+                    capsize=3, ls="-" if seeds > 1 else "--",
+                    label=f"{family} ({seeds} seed{'s' if seeds > 1 else ''})")
+    ax.set(xlabel="depth L", ylabel=f"k where the error crosses {threshold}", xticks=depths)
+    _log2_k_axis(ax)
+    return ax.figure
+
+
+def _log2_k_axis(ax) -> None:
+    """k on a log₂ scale with plain tick labels (1, 2, 4, ...), the legend under the axes, off the data."""
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    ax.set_yscale("log", base=2)
+    low, high = ax.get_ylim()
+    ax.yaxis.set_major_locator(FixedLocator([2.0 ** e for e in range(-2, 6) if low <= 2.0 ** e <= high]))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+
+
+def plot_headline():
+    """The book's headline figure, from stored results only: on top the transformers' reach against depth up to
+    k = 16 (:func:`plot_growth`: our ``depth`` sweep, the published errors, the released models); below, every
+    family the book trains on the four-letter ``medium`` task (:func:`plot_families`)."""
+    import matplotlib.pyplot as plt
+
+    from hoplib.lower_bounds.sweep import family_crossings
+    from hoplib.training.sweep import growth_points
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 9.0))
+    plot_growth(*growth_points("depth"), ax=top)
+    top.set_title("transformers, k ≤ 16 (ours: N = 64, 10,000 steps)")
+    plot_families(family_crossings(), ax=bottom, formulas=True)
+    bottom.set_title("every family, N = 64, k ≤ 8, 4,000 steps")
+    fig.tight_layout()
+    return fig

@@ -68,6 +68,7 @@ class Book:
     macros: dict[str, tuple[str, int]]  # name -> (body, number of arguments)
     url: str | None
     root: Path = Path(".")
+    numbers: dict[str, int] = field(default_factory=dict)  # doc -> chapter number (numbered parts of _toc.yml)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Chapter:
     seen: set[str] = field(default_factory=set)
     in_solution: bool = False
     values: dict[str, str] = field(default_factory=dict)  # glue name -> text/plain of the executed build
+    exercises: int = 0  # exercises converted so far: the next is number exercises + 1, as in the web book
 
 
 def latex_to_text(text: str) -> str:
@@ -179,10 +181,24 @@ def iter_directives(text: str):
         i = end + 1
 
 
-def scan_targets(path: Path, doc: str) -> dict[str, Target]:
-    """The reference targets defined in one page: ``(label)=`` before a heading, labelled directives."""
+def exercise_title(arg: str, number: int | None, index: int) -> str:
+    """"Exercise 1.3 (★ · 10 min · ...)": the web book's number (chapter.index) where the chapter is numbered."""
+    title = f"Exercise {number}.{index}" if number else "Exercise"
+    return f"{title} ({arg})" if arg else title
+
+
+def chapter_numbers(toc: dict) -> dict[str, int]:
+    """{doc: chapter number}: the chapters of the numbered parts of ``_toc.yml``, counted across parts."""
+    docs = [c["file"] for part in toc.get("parts", []) if part.get("numbered") for c in part.get("chapters", [])]
+    return {doc.removesuffix(".md"): n for n, doc in enumerate(docs, start=1)}
+
+
+def scan_targets(path: Path, doc: str, number: int | None = None) -> dict[str, Target]:
+    """The reference targets defined in one page: ``(label)=`` before a heading, labelled directives;
+    ``number``: the chapter's number, which exercises carry."""
     text = path.read_text(encoding="utf-8")
     targets: dict[str, Target] = {}
+    exercises = 0
     lines = text.split("\n")
     for i, line in enumerate(lines):
         if m := LABEL_LINE.match(line):
@@ -191,6 +207,7 @@ def scan_targets(path: Path, doc: str) -> dict[str, Target]:
             title, kind = (h[2].strip(), "chapter" if len(h[1]) == 1 else "section") if h else (m["label"], "other")
             targets[m["label"]] = Target(title, doc, kind)
     for name, arg, options, _ in iter_directives(text):
+        exercises += name in ("exercise", "exercise-start")
         label = options.get("label") or options.get("name")
         if not label:
             continue
@@ -199,7 +216,7 @@ def scan_targets(path: Path, doc: str) -> dict[str, Target]:
         elif name in ("glue:figure", "figure"):
             targets[label] = Target("the figure", doc, "figure")
         elif name in ("exercise", "exercise-start"):
-            targets[label] = Target(f"Exercise ({arg})" if arg else "the exercise", doc, "exercise")
+            targets[label] = Target(exercise_title(arg, number, exercises), doc, "exercise")
         else:
             targets[label] = Target(arg or label, doc, "other")
     return targets
@@ -212,13 +229,16 @@ def load_book(root: Path) -> Book:
     for bib in config.get("bibtex_bibfiles", []):
         if (root / bib).exists():
             citations.update(parse_bib((root / bib).read_text(encoding="utf-8")))
+    toc_path = root / "_toc.yml"
+    numbers = chapter_numbers(yaml.safe_load(toc_path.read_text(encoding="utf-8"))) if toc_path.exists() else {}
     pages = sorted(root.glob("*.md")) + sorted((root / "chapters").rglob("*.md"))
     targets: dict[str, Target] = {}
     for page in pages:
         if page.name not in ("README.md", "CONTRIBUTING.md"):
-            targets.update(scan_targets(page, page.relative_to(root).with_suffix("").as_posix()))
+            doc = page.relative_to(root).with_suffix("").as_posix()
+            targets.update(scan_targets(page, doc, numbers.get(doc)))
     url = book_url(str((config.get("repository") or {}).get("url", "")).rstrip("/"))
-    return Book(citations, targets, mathjax_macros(config), url, root)
+    return Book(citations, targets, mathjax_macros(config), url, root, numbers)
 
 
 # ------------------------------------------------------------------------------------------------ inline roles
@@ -373,7 +393,9 @@ def render_directive(name: str, arg: str, options: dict[str, str], body: str, ch
     if name.startswith("prf:"):
         return quote(prf_heading(name, arg), body)
     if name in ("exercise", "exercise-start"):
-        return quote(f"Exercise ({arg})" if arg else "Exercise", body) + f"\n\n{STUDENT}"
+        chapter.exercises += 1
+        title = exercise_title(arg, chapter.book.numbers.get(chapter.doc), chapter.exercises)
+        return quote(title, body) + f"\n\n{STUDENT}"
     if name == "solution":
         return ""  # the student edition: answers only in the instructor edition
     if name in ("glue:figure", "glue", "glue:any", "glue:math", "glue:md", "figure"):

@@ -254,6 +254,29 @@ def test_a_lab_step_keeps_its_own_student_cell_and_loses_its_answer_key(tmp_path
         c.source for c in nb.cells if c.cell_type == "markdown")
 
 
+def test_exercises_carry_the_web_books_numbers_in_a_numbered_chapter(tmp_path, monkeypatch):
+    main = write_book(tmp_path)
+    (tmp_path / "_toc.yml").write_text(textwrap.dedent("""\
+        format: jb-book
+        root: intro
+        parts:
+          - caption: Front
+            chapters: [{file: chapters/other}]
+          - caption: Numbered
+            numbered: true
+            chapters: [{file: chapters/other}, {file: chapters/main.md}]
+        """))
+    main.write_text(DEMO_CHAPTER + LAB_STEP + LAB_STEP.replace("lab-demo-add", "lab-demo-two"))
+    monkeypatch.setattr(notebooks, "ROOT", tmp_path)
+    monkeypatch.setattr(notebooks, "CHAPTERS", tmp_path / "chapters")
+    text = "\n".join(c.source for c in notebooks.to_notebook(main, {"share_1": "0.25"}).cells
+                     if c.cell_type == "markdown")
+    assert "> **Exercise 2.1.**" in text  # the demo chapter's own exercise, then the two lab steps
+    assert "> **Exercise 2.2 (★ · 5 min · Lab step 1: add).**" in text
+    assert "> **Exercise 2.3 (★ · 5 min · Lab step 1: add).**" in text
+    assert "Exercise (" not in text
+
+
 def test_figure_caption_in_italics_and_unknown_keys_fail(tmp_path):
     main = write_book(tmp_path)
     book = colab_markdown.load_book(tmp_path)

@@ -34,7 +34,7 @@ def test_text_sizes_shrink_with_figures_wider_than_the_page():
     narrow, wide = _figure(6, 10), _figure(16, 10)
     px_narrow = plots.text_sizes_px(narrow)[0][0]
     px_wide = plots.text_sizes_px(wide)[0][0]
-    assert px_narrow == pytest.approx(10 * 96 / 72)  # 6 in fits the 720 px page unscaled
+    assert px_narrow == pytest.approx(10 * 96 / 72)  # 6 in fits the 688 px page unscaled
     assert px_wide < 0.65 * px_narrow  # ~16 in (less its margins) is shown at well under its size
     plt.close("all")
 
@@ -48,3 +48,27 @@ def test_check_legible_names_small_texts_and_ignores_hidden_ones():
     hidden.axes[0].tick_params(labelsize=2)  # invisible with the axis off
     assert plots.check_legible(hidden) >= plots.MIN_TEXT_PX
     plt.close("all")
+
+
+def test_an_illegible_figure_gets_one_line_on_stderr(capsys):
+    assert plots.warn_if_illegible(_figure(6, 10)) is None
+    line = plots.warn_if_illegible(_figure(16, 8))
+    assert line is not None and "not legible" in line and "below 10.0 px" in line
+    assert capsys.readouterr().err.strip() == line
+    plt.close("all")
+
+
+def test_every_figure_a_notebook_shows_is_checked_as_it_is_shown(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        plots.use_book_style()
+        formatter = shell.display_formatter.formatters["image/svg+xml"]
+        assert "<svg" in formatter(_figure(6, 10))
+        assert capsys.readouterr().err == ""
+        formatter(_figure(16, 8))  # what plt.show(), display() and the end of a cell call
+        assert "not legible" in capsys.readouterr().err
+    finally:
+        InteractiveShell.clear_instance()
+        plt.close("all")

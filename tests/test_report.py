@@ -156,3 +156,56 @@ def test_crossing_k_interpolates_between_the_last_solved_and_the_first_failed_k(
     assert crossing_k({1: 0.0, 2: 0.1}) == (2.0, True)  # never above: censored at the largest k
     k, censored = crossing_k({1: 0.0, 2: 0.2, 3: 0.05, 4: 0.9})
     assert (k, censored) == (1.5, False)  # the first rise counts, a later dip does not
+
+
+def test_group_plot_keeps_the_colours_it_is_given_and_can_leave_the_legend_out():
+    recs = records_from_table(_synthetic(seeds=(0,)))
+    colours = {"m=16": "#123456", "m=32": "#abcdef"}
+    ax = report.plot_error_vs_k_groups({"m=32": recs, "m=16": recs}, plt.figure().gca(), min_k=1,
+                                       colours=colours, legend=False)
+    lines = ax.get_lines()
+    assert [line.get_color() for line in lines] == ["#abcdef"] * 3 + ["#123456"] * 3
+    assert ax.get_legend() is None
+    assert [line.get_linestyle() for line in lines[:3]] == ["-", "--", ":"]  # DEPTH_STYLES, shallowest first
+    plt.close("all")
+
+
+def test_family_crossings_are_the_interpolated_crossings_of_the_stored_errors():
+    from hoplib._book.results import load_stored
+    from hoplib.lower_bounds.sweep import family_crossings
+
+    cross = family_crossings()
+    assert set(cross["family"]) == {"transformer", "gru", "lstm", "mamba", "performer", "longformer"}
+    assert set(cross.query("run == 'equal'")["depth"]) == {2, 3, 4}
+    seed0 = load_stored("rnn/cpu/equal.json").data
+    errors = {r["k"]: r["error"] for r in seed0 if r["kind"] == "gru" and r["depth"] == 3 and r["k"] >= 1}
+    row = cross.query("run == 'equal' and family == 'gru' and depth == 3 and seed == 0").iloc[0]
+    assert row["k*"] == report.crossing_k(errors)[0]
+    k = math.floor(row["k*"])  # the error is at most the threshold up to k, above it at k + 1
+    assert errors[k] <= report.THRESHOLD < errors[k + 1]
+    assert cross.groupby(["family", "depth", "seed"]).size().max() == 1  # one row per model
+
+
+def test_family_plot_draws_each_family_in_its_book_colour_with_its_seed_count():
+    import pandas as pd
+
+    cross = pd.DataFrame([{"family": f, "depth": d, "seed": s, "k*": d * (1 + s), "censored": False}
+                          for f in ("gru", "transformer") for d in (2, 3) for s in ((0, 1) if f == "gru" else (0,))])
+    ax = report.plot_families(cross, plt.figure().gca(), formulas=True).axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels[2:] == ["gru (2 seeds)", "transformer (1 seed)"]  # after the two formula lines
+    bars = {c.get_label(): c for c in ax.containers}
+    assert bars["gru (2 seeds)"].lines[0].get_color() == report.FAMILY_STYLE["gru"][0]
+    assert list(bars["gru (2 seeds)"].lines[0].get_ydata()) == [3.0, 4.5]  # the mean over seeds
+    plt.close("all")
+
+
+def test_headline_figure_has_both_panels_and_is_legible_at_the_page_width():
+    from hoplib import plots
+
+    fig = report.plot_headline()
+    assert len(fig.axes) == 2
+    assert plots.check_legible(fig) >= plots.MIN_TEXT_PX
+    bottom = fig.axes[1].get_legend_handles_labels()[1]
+    assert any(label.startswith("transformer") for label in bottom) and any("gru" in b for b in bottom)
+    plt.close("all")

@@ -123,3 +123,32 @@ def alphabet_point(index: int, point: Mapping[str, Any], settings: Mapping[str, 
     rec = measure_point(index, dict(point), task, make_build, settings, seed=seed, device=device)[0]
     keys = ("params", "state_bits", "error", "final_loss", "train_time_s")
     return {**point, **{key: rec.get(key, 0) for key in keys}}
+
+
+def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
+    """The k where the error crosses :data:`hoplib.report.THRESHOLD`, per family, depth and seed, of every model
+    the book trains on the medium task (N = 64, k <= 8, 4,000 steps, width 64): the equal-tuning run of the
+    rnn chapter (GRU, LSTM, Mamba-style, transformer, each at its own best rate, ``seeds`` where stored) and the
+    efficient-attention chapter's matched run (Performer, Longformer: seed 0, the transformers' 2e-3). A
+    DataFrame with ``family, depth, seed, k*, censored, run``."""
+    import pandas as pd
+
+    from hoplib import report
+    from hoplib._book.results import load_stored
+
+    runs = [("equal", load_stored(f"rnn/cpu/equal{f'_seed{s}' if s else ''}.json", required=s == 0))
+            for s in seeds] + [("matched", load_stored("efficient_attention/cpu/matched.json"))]
+    rows = []
+    for run, stored in runs:
+        if stored is None:
+            continue
+        seed = stored.record["parameters"]["seed"]
+        by_model: dict[tuple[str, int], dict[int, float]] = {}
+        for r in stored.data:
+            if r["k"] >= 1:
+                by_model.setdefault((r["kind"], r["depth"]), {})[r["k"]] = r["error"]
+        for (kind, depth), errors in by_model.items():
+            k, censored = report.crossing_k(errors)
+            rows.append({"family": kind, "depth": depth, "seed": seed, "k*": k, "censored": censored,
+                         "run": run})
+    return pd.DataFrame(rows)
