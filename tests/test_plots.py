@@ -72,3 +72,15 @@ def test_every_figure_a_notebook_shows_is_checked_as_it_is_shown(capsys):
     finally:
         InteractiveShell.clear_instance()
         plt.close("all")
+
+
+def test_every_page_that_shows_a_figure_sets_the_book_style_that_checks_it():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    pages = [*root.glob("*.md"), *(root / "chapters").rglob("*.md")]
+    showing = [p for p in pages if "plt.show()" in (text := p.read_text()) or "plt.subplots(" in text]
+    assert len(showing) >= 10
+    for page in showing:
+        text = page.read_text()
+        assert "use_book_style()" in text or "nb.start(" in text, page.name
