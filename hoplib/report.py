@@ -400,20 +400,3 @@ def _log2_k_axis(ax) -> None:
     ax.yaxis.set_minor_locator(NullLocator())
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 
-
-def plot_headline():
-    """The book's headline figure, from stored results only: on top the transformers' reach against depth up to
-    k = 16 (:func:`plot_growth`: our ``depth`` sweep, the published errors, the released models); below, every
-    family the book trains on the four-letter ``medium`` task (:func:`plot_families`)."""
-    import matplotlib.pyplot as plt
-
-    from hoplib.lower_bounds.sweep import family_crossings
-    from hoplib.training.sweep import growth_points
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 9.0))
-    plot_growth(*growth_points("depth"), ax=top)
-    top.set_title("transformers, k ≤ 16 (ours: N = 64, 10,000 steps)")
-    plot_families(family_crossings(), ax=bottom, formulas=True)
-    bottom.set_title("every family, N = 64, k ≤ 8, 4,000 steps")
-    fig.tight_layout()
-    return fig

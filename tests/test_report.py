@@ -202,8 +202,9 @@ def test_family_plot_draws_each_family_in_its_book_colour_with_its_seed_count():
 
 def test_headline_figure_has_both_panels_and_is_legible_at_the_page_width():
     from hoplib import plots
+    from hoplib.lower_bounds.sweep import plot_headline
 
-    fig = report.plot_headline()
+    fig = plot_headline()
     assert len(fig.axes) == 2
     assert plots.check_legible(fig) >= plots.MIN_TEXT_PX
     bottom = fig.axes[1].get_legend_handles_labels()[1]

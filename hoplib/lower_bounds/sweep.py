@@ -152,3 +152,22 @@ def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
             rows.append({"family": kind, "depth": depth, "seed": seed, "k*": k, "censored": censored,
                          "run": run})
     return pd.DataFrame(rows)
+
+
+def plot_headline():
+    """The book's headline figure, from stored results only: on top the transformers' reach against depth up to
+    k = 16 (:func:`hoplib.report.plot_growth`: our ``depth`` sweep, the published errors, the released models);
+    below, every family the book trains on the four-letter ``medium`` task (:func:`hoplib.report.plot_families`
+    of :func:`family_crossings`)."""
+    import matplotlib.pyplot as plt
+
+    from hoplib import report
+    from hoplib.training.sweep import growth_points
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 9.0))
+    report.plot_growth(*growth_points("depth"), ax=top)
+    top.set_title("transformers, k ≤ 16 (ours: N = 64, 10,000 steps)")
+    report.plot_families(family_crossings(), ax=bottom, formulas=True)
+    bottom.set_title("every family, N = 64, k ≤ 8, 4,000 steps")
+    fig.tight_layout()
+    return fig
