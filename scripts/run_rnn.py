@@ -7,6 +7,8 @@
     python scripts/run_rnn.py --part state_lr --out results               # k = 1, |Sigma| = N/4: the learning
     python scripts/run_rnn.py --part state --seed S --out results         # rate of each family, then width
                                                                           # against N with that rate
+    python scripts/run_rnn.py --part state_long --seed S --out results    # the same, 2,000 steps, the
+                                                                          # transformer at every width too
     python scripts/run_rnn.py --part equal_lr --workers 2 --out results   # the medium task (N = 64, k <= 8):
     python scripts/run_rnn.py --part equal --seed S --out results         # every family's rate at depth 2,
                                                                           # then depths 2-4 with it, per seed
@@ -51,6 +53,11 @@ STATE = {"lengths": [16, 32, 64], "letters_per_position": 0.25, "kinds": ["gru",
 """The state-size sweep: k = 1 with |Sigma| = N/4; the recurrent families at each width, the transformer at
 one; each family's learning rate is the best of ``lrs`` on seed 0 at the reference (N, width)."""
 
+STATE_LONG = {**STATE, "kinds": ["gru", "lstm", "mamba", "transformer"], "widths": [16, 32, 64],
+              "transformer_width": None, "steps": 2000, "warmup_steps": 100}
+"""The longer state-size sweep: as ``state`` with 2,000 steps, and the transformer at every width like the
+recurrent families, so its own width need is measured; each family's rate is the one ``state_lr`` picked."""
+
 EQUAL = {**matched_settings("medium", ["gru", "lstm", "mamba", "transformer"], [2, 3, 4]),
          "lrs": [1e-3, 3e-3], "reference_depth": 2}
 """The equal-tuning run: the training chapter's medium task and recipe for all four families; each family's
@@ -67,6 +74,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}
                          "batch_size": 32, "warmup_steps": 100, "heads": HEADS, "n_samples": 200},
             "state": STATE,
             "state_lr": STATE,
+            "state_long": STATE_LONG,
             "equal": EQUAL,
             "equal_lr": EQUAL},
     "paper": {"training": {"seq_len": 100, "max_hops": 16, "kinds": ["gru", "lstm", "mamba", "transformer"],
@@ -123,7 +131,9 @@ def state_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
     lr = s["lr_by_kind"]
     points = [state_point(n, s, kind, w, lr[kind]) for n in s["lengths"] for kind in s["kinds"]
               for w in s["widths"]]
-    points += [state_point(n, s, "transformer", s["transformer_width"], lr["transformer"]) for n in s["lengths"]]
+    if s["transformer_width"] is not None:  # part state: the transformer at its one width
+        points += [state_point(n, s, "transformer", s["transformer_width"], lr["transformer"])
+                   for n in s["lengths"]]
     return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
 
 
@@ -160,7 +170,7 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
     """Train the points of ``args.part`` (the alphabet sweep, or ``depth``'s) with the one sweep runner and
     store their records at ``path``."""
     device = params["device"]
-    make = {"alphabet": alphabet_sweep, "state": state_sweep, "state_lr": state_lr_sweep,
+    make = {"alphabet": alphabet_sweep, "state": state_sweep, "state_long": state_sweep, "state_lr": state_lr_sweep,
             "equal_lr": equal_lr_sweep, "equal": equal_sweep}.get(args.part, depth)
     points, job = make(s, seed=args.seed, device=device)
     run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
@@ -169,20 +179,21 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parts = ("training", "matched", "alphabet", "state", "state_lr", "equal", "equal_lr")
+    parts = ("training", "matched", "alphabet", "state", "state_lr", "state_long", "equal", "equal_lr")
     args = sweep_parser(__doc__, PROFILES, parts).parse_args(argv)
     device = run_device(args)
     s = dict(PROFILES[args.profile][args.part])
     path = Path(args.out) / "rnn" / args.profile / (args.part + (f"_seed{args.seed}" if args.seed else "") + ".json")
     params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed}
     picked_by = {"state": ("state_lr", chosen_lrs),  # the lowest error at the reference point
+                 "state_long": ("state_lr", chosen_lrs),
                  "equal": ("equal_lr", lambda rows: {r["kind"]: r["lr"] for r in sweep.best_lr(rows)})}
     if args.part in picked_by:  # each family's rate, read from the stored seed-0 run that picked it
         from hoplib._book.results import load_stored
 
         name, pick = picked_by[args.part]
         s["lr_by_kind"] = pick(load_stored(f"rnn/{args.profile}/{name}.json", root=args.out).data)
-    if args.part not in ("alphabet", "state", "state_lr"):  # depth parts: four letters
+    if args.part not in ("alphabet", "state", "state_lr", "state_long"):  # depth parts: four letters
         params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
     return run_part(args, s, path, params, depth_sweep)
 

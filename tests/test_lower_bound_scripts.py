@@ -67,6 +67,22 @@ def test_state_sweep_gives_each_family_the_rate_it_won_on_the_reference_runs(tmp
         (n, n // 4, kind, chosen[kind]) for n in (8, 16) for kind in ("gru", "transformer"))
 
 
+def test_long_state_sweep_trains_the_transformer_at_every_width_with_the_picked_rates(tmp_path, monkeypatch):
+    run_rnn = _script("run_rnn")
+    tiny = {**run_rnn.STATE, "lengths": [8, 16], "kinds": ["gru"], "widths": [4], "transformer_width": 8,
+            "reference": (8, 4), "lrs": [1e-3, 3e-3], "steps": 2, "batch_size": 4, "warmup_steps": 1,
+            "heads": 2, "n_samples": 4}
+    monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state_lr", tiny)
+    monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state_long", {**tiny, "kinds": ["gru", "transformer"],
+                                                              "widths": [4, 8], "transformer_width": None})
+    run_rnn.main(["--part", "state_lr", "--out", str(tmp_path)])
+    run_rnn.main(["--part", "state_long", "--out", str(tmp_path)])
+    stored = json.loads((tmp_path / "rnn" / "cpu" / "state_long.json").read_text())
+    chosen = stored["parameters"]["lr_by_kind"]
+    assert sorted((r["seq_len"], r["kind"], r["d_model"], r["lr"]) for r in stored["data"]) == sorted(
+        (n, kind, w, chosen[kind]) for n in (8, 16) for kind in ("gru", "transformer") for w in (4, 8))
+
+
 def test_chosen_rate_is_the_lowest_error_and_the_first_on_a_tie():
     run_rnn = _script("run_rnn")
     records = [{"kind": "gru", "lr": 1e-3, "error": 0.5}, {"kind": "gru", "lr": 1e-2, "error": 0.5},
