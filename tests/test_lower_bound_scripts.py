@@ -46,11 +46,16 @@ def test_alphabet_sweep_records_every_point_in_order_and_workers_do_not_change_r
     assert [r["error"] for r in again] == [r["error"] for r in one]
 
 
-def test_state_sweep_gives_each_family_the_rate_it_won_on_the_reference_runs(tmp_path, monkeypatch):
-    run_rnn = _script("run_rnn")
-    tiny = {**run_rnn.STATE, "lengths": [8, 16], "kinds": ["gru"], "widths": [4], "transformer_width": 8,
+def _tiny_state(run_rnn) -> dict:
+    """The state sweep's settings shrunk to seconds: two lengths, one recurrent family, two rates."""
+    return {**run_rnn.STATE, "lengths": [8, 16], "kinds": ["gru"], "widths": [4], "transformer_width": 8,
             "reference": (8, 4), "lrs": [1e-3, 3e-3], "steps": 2, "batch_size": 4, "warmup_steps": 1,
             "heads": 2, "n_samples": 4}
+
+
+def test_state_sweep_gives_each_family_the_rate_it_won_on_the_reference_runs(tmp_path, monkeypatch):
+    run_rnn = _script("run_rnn")
+    tiny = _tiny_state(run_rnn)
     monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state_lr", tiny)
     monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state", tiny)
     run_rnn.main(["--part", "state_lr", "--out", str(tmp_path)])
@@ -69,9 +74,7 @@ def test_state_sweep_gives_each_family_the_rate_it_won_on_the_reference_runs(tmp
 
 def test_long_state_sweep_trains_the_transformer_at_every_width_with_the_picked_rates(tmp_path, monkeypatch):
     run_rnn = _script("run_rnn")
-    tiny = {**run_rnn.STATE, "lengths": [8, 16], "kinds": ["gru"], "widths": [4], "transformer_width": 8,
-            "reference": (8, 4), "lrs": [1e-3, 3e-3], "steps": 2, "batch_size": 4, "warmup_steps": 1,
-            "heads": 2, "n_samples": 4}
+    tiny = _tiny_state(run_rnn)
     monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state_lr", tiny)
     monkeypatch.setitem(run_rnn.PROFILES["cpu"], "state_long", {**tiny, "kinds": ["gru", "transformer"],
                                                               "widths": [4, 8], "transformer_width": None})
