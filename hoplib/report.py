@@ -310,12 +310,13 @@ def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, thresho
     ax.plot(grid, grid, color="0.6", ls="--", lw=1, label="one hop per layer: K = L")
     doubling = grid[grid >= 2]
     ax.plot(doubling, 2.0 ** (doubling - 2), color="0.6", ls=":", lw=1.4, label="doubling: K = $2^{L-2}$")
-    for i, (label, row) in enumerate(reach.items()):
+    repeats: dict[str, int] = {}
+    for i, (label, row) in enumerate(reach.items()):  # a label starts with its family ("softmax, seed 1")
         family = label.split(",")[0].split()[0].lower().replace("softmax", "transformer")
         colour, marker = FAMILY_STYLE.get(family, (f"C{i % 10}", "osD^v<>"[i % 7]))
-        seed = label.rsplit("seed ", 1)[-1] if "seed " in label else ""
-        ax.plot(list(row), list(row.values()), marker="osD^v<>"[int(seed) % 7] if seed.isdigit() else marker,
-                color=colour, ls="-" if not seed.isdigit() or int(seed) == 0 else "-.", lw=1.6, label=label)
+        repeats[family] = repeats.get(family, -1) + 1  # a family's further rows (seeds): other line styles
+        ax.plot(list(row), list(row.values()), marker=marker, color=colour, lw=1.6, label=label,
+                ls=DEPTH_STYLES[repeats[family] % len(DEPTH_STYLES)])
     ax.set_xlabel("depth L")
     ax.set_ylabel(f"largest K solved\n(error ≤ {threshold} at k = 1..K)")
     ax.set_ylim(-0.3, max_hops + 0.5)
