@@ -297,37 +297,6 @@ def reference_groups(grid: str, label: str = "transformer") -> tuple[dict[str, l
     return groups, sweep
 
 
-def plot_reach(reach: Mapping[str, Mapping[int, int]], *, max_hops: int, threshold: float = THRESHOLD,
-               title: str = ""):
-    """The largest solved k against depth for each group of :func:`reach_table`, with the two exact
-    constructions: one hop per layer (K = L, the hand-built RNN) and pointer doubling (K = 2^(L-2),
-    Theorem 4.2)."""
-    import matplotlib.pyplot as plt
-
-    depths = sorted({d for row in reach.values() for d in row})
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    grid = np.arange(1, max(depths) + 1)
-    ax.plot(grid, grid, color="0.6", ls="--", lw=1, label="one hop per layer: K = L")
-    doubling = grid[grid >= 2]
-    ax.plot(doubling, 2.0 ** (doubling - 2), color="0.6", ls=":", lw=1.4, label="doubling: K = $2^{L-2}$")
-    repeats: dict[str, int] = {}
-    for i, (label, row) in enumerate(reach.items()):  # a label starts with its family ("softmax, seed 1")
-        family = label.split(",")[0].split()[0].lower().replace("softmax", "transformer")
-        colour, marker = FAMILY_STYLE.get(family, (f"C{i % 10}", "osD^v<>"[i % 7]))
-        repeats[family] = repeats.get(family, -1) + 1  # a family's further rows (seeds): other line styles
-        ax.plot(list(row), list(row.values()), marker=marker, color=colour, lw=1.6, label=label,
-                ls=DEPTH_STYLES[repeats[family] % len(DEPTH_STYLES)])
-    ax.set_xlabel("depth L")
-    ax.set_ylabel(f"largest K solved\n(error ≤ {threshold} at k = 1..K)")
-    ax.set_ylim(-0.3, max_hops + 0.5)
-    ax.set_xticks(grid)
-    ax.legend(fontsize=9, loc="upper left")
-    if title:
-        ax.set_title(title, fontsize=11)
-    fig.tight_layout()
-    return fig
-
-
 def plot_growth(kstar: Any, refs: Mapping[str, Mapping[int, float]], ax=None, *,
                 threshold: float = THRESHOLD):
     """The k where the error crosses ``threshold`` against depth, log scale: ``kstar`` (a DataFrame indexed by

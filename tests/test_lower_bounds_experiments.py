@@ -29,13 +29,6 @@ def test_error_records_converts_sweep_rows():
     assert rec == ErrorRecord("gru", 2, 3, 0.25, 32, "paper", "x")
 
 
-def test_plot_reach_is_legible_at_the_pages_width():
-    from hoplib.plots import check_legible
-
-    fig = report.plot_reach({"GRU": {1: 1, 2: 2}, "transformer, seed 0": {1: 0, 2: 1}}, max_hops=8, title="t")
-    check_legible(fig)
-
-
 # --------------------------------------------------------------------------- the depth sweeps
 
 

@@ -7,7 +7,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 
 from hoplib import report
 from hoplib.report import ErrorRecord  # noqa: E402
@@ -38,10 +37,3 @@ def test_reference_groups_read_the_training_chapters_stored_transformers_per_see
     assert {c["n_train"] for c in runs.configs} == {None}
     assert all(r.family == "transformer" and r.width == 64 for recs in groups.values() for r in recs)
     assert "results/training/medium/" in runs.provenance_html()
-
-
-def test_plot_reach_draws_every_group_and_both_constructions():
-    fig = report.plot_reach({"A": {1: 1, 2: 2, 3: 3}, "B": {1: 1, 2: 1, 3: 2}}, max_hops=4)
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert labels[:2] == ["one hop per layer: K = L", "doubling: K = $2^{L-2}$"] and labels[2:] == ["A", "B"]
-    plt.close(fig)
