@@ -12,6 +12,10 @@
     python scripts/run_rnn.py --part equal_lr --workers 2 --out results   # the medium task (N = 64, k <= 8):
     python scripts/run_rnn.py --part equal --seed S --out results         # every family's rate at depth 2,
                                                                           # then depths 2-4 with it, per seed
+    python scripts/run_rnn.py --part capacity_lr --out results            # k = 1, |Sigma| = 32, N = 128: each
+    python scripts/run_rnn.py --part capacity --seed S --steps B --out results  # family's rate, then every
+                                                                          # state size with it, per seed and
+                                                                          # step budget
 
 writes ``<out>/rnn/<profile>/<part>[_seed<s>].json`` (a ``.partial.json`` beside it keeps the models finished
 so far). ``--profile paper`` is the GPU-scale grid, not run for the book.
@@ -64,6 +68,22 @@ EQUAL = {**matched_settings("medium", ["gru", "lstm", "mamba", "transformer"], [
 learning rate is the best of ``lrs`` on seed 0 at ``reference_depth`` (part equal_lr), then every family is
 trained at depths 2-4 with its rate on the same seeds (part equal, one file per seed)."""
 
+CAPACITY = {"alphabet_size": 32, "seq_len": 128, "depth": 2, "heads": HEADS,
+            "models": {"gru": [{"d_model": 64, "state_width": h} for h in (1, 2, 4, 8, 16, 32, 64)],
+                       "lstm": [{"d_model": 64, "state_width": h} for h in (1, 2, 4, 8, 16, 32)],
+                       "mamba": [{"d_model": 64, "d_inner": h, "d_state": h, "d_conv": 2, "n_heads": min(4, h)}
+                                 for h in (1, 2, 4, 8, 16)],
+                       "transformer": [{"d_model": 64, "state_width": 0}]},
+            "reference": {"gru": 64, "lstm": 32, "mamba": 8, "transformer": 0},
+            "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 2000, "batch_size": 32, "warmup_steps": 100,
+            "n_samples": 200}
+"""The capacity sweep: k = 1 with |Sigma| = 32 letters at N = 128, where a recurrent layer must carry a table of
+|Sigma| log2 |Sigma| = 160 bits. Every model has depth 2 and residual width 64; only the recurrent state varies,
+on both sides of the table: ``state_width`` floats (GRU; twice that, LSTM), or a Mamba-style layer of inner width
+and state dimension h with a width-2 convolution; the transformer carries none. Each family's learning rate is the
+best of ``lrs`` on seed 0 at its ``reference`` size (part capacity_lr); then every model with it, per seed, at a
+step budget of ``steps`` (``--steps B``: another budget, its own file)."""
+
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}}
     "cpu": {"training": {"seq_len": 32, "max_hops": 4, "kinds": ["gru", "lstm", "mamba", "transformer"],
                          "depths": [1, 2, 3, 4], "widths": [64], "steps": 4000, "lrs": [1e-3, 3e-3],
@@ -76,7 +96,9 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}
             "state_lr": STATE,
             "state_long": STATE_LONG,
             "equal": EQUAL,
-            "equal_lr": EQUAL},
+            "equal_lr": EQUAL,
+            "capacity": CAPACITY,
+            "capacity_lr": CAPACITY},
     "paper": {"training": {"seq_len": 100, "max_hops": 16, "kinds": ["gru", "lstm", "mamba", "transformer"],
                            "depths": [1, 2, 3, 4, 5, 6], "widths": [64, 128], "steps": 20_000,
                            "lrs": [3e-4, 1e-3], "warmup_steps": 1000, "n_samples": 100},
@@ -137,6 +159,25 @@ def state_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
     return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
 
 
+def capacity_point(s: dict[str, Any], kind: str, model: dict[str, Any], lr: float) -> dict[str, Any]:
+    return {"alphabet_size": s["alphabet_size"], "seq_len": s["seq_len"], "kind": kind, **model,
+            "depth": s["depth"], "lr": lr}
+
+
+def capacity_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """Every family at its reference width with every learning rate of the grid."""
+    points = [capacity_point(s, kind, m, lr) for kind, models in s["models"].items() for m in models
+              if m.get("state_width", m.get("d_inner")) == s["reference"][kind] for lr in s["lrs"]]
+    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+
+
+def capacity_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """Every model of every family with the family's chosen rate (``s["lr_by_kind"]``)."""
+    points = [capacity_point(s, kind, m, s["lr_by_kind"][kind]) for kind, models in s["models"].items()
+              for m in models]
+    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+
+
 def equal_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """Every family with every learning rate at the reference depth."""
     return depth_sweep({**s, "depths": [s["reference_depth"]]}, seed=seed, device=device)
@@ -171,7 +212,8 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
     store their records at ``path``."""
     device = params["device"]
     make = {"alphabet": alphabet_sweep, "state": state_sweep, "state_long": state_sweep, "state_lr": state_lr_sweep,
-            "equal_lr": equal_lr_sweep, "equal": equal_sweep}.get(args.part, depth)
+            "equal_lr": equal_lr_sweep, "equal": equal_sweep, "capacity_lr": capacity_lr_sweep,
+            "capacity": capacity_sweep}.get(args.part, depth)
     points, job = make(s, seed=args.seed, device=device)
     run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
               executor=executor_from_args(args))
@@ -179,21 +221,34 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parts = ("training", "matched", "alphabet", "state", "state_lr", "state_long", "equal", "equal_lr")
-    args = sweep_parser(__doc__, PROFILES, parts).parse_args(argv)
+    parts = ("training", "matched", "alphabet", "state", "state_lr", "state_long", "equal", "equal_lr",
+             "capacity_lr", "capacity")
+    parser = sweep_parser(__doc__, PROFILES, parts)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="part capacity: the step budget (other than the settings' adds _steps<B> to the file)")
+    args = parser.parse_args(argv)
     device = run_device(args)
+    if args.part not in PROFILES[args.profile]:
+        raise ValueError(f"profile {args.profile!r} has no part {args.part!r}")
     s = dict(PROFILES[args.profile][args.part])
-    path = Path(args.out) / "rnn" / args.profile / (args.part + (f"_seed{args.seed}" if args.seed else "") + ".json")
+    name = args.part + (f"_seed{args.seed}" if args.seed else "")
+    if args.steps is not None:
+        if args.part != "capacity" or args.steps < 1:
+            raise ValueError("--steps is for --part capacity, a positive number of steps")
+        if args.steps != s["steps"]:
+            s["steps"], name = args.steps, f"{name}_steps{args.steps}"
+    path = Path(args.out) / "rnn" / args.profile / (name + ".json")
     params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed}
     picked_by = {"state": ("state_lr", chosen_lrs),  # the lowest error at the reference point
                  "state_long": ("state_lr", chosen_lrs),
+                 "capacity": ("capacity_lr", chosen_lrs),
                  "equal": ("equal_lr", lambda rows: {r["kind"]: r["lr"] for r in sweep.best_lr(rows)})}
     if args.part in picked_by:  # each family's rate, read from the stored seed-0 run that picked it
         from hoplib._book.results import load_stored
 
         name, pick = picked_by[args.part]
         s["lr_by_kind"] = pick(load_stored(f"rnn/{args.profile}/{name}.json", root=args.out).data)
-    if args.part not in ("alphabet", "state", "state_lr", "state_long"):  # depth parts: four letters
+    if args.part not in ("alphabet", "state", "state_lr", "state_long", "capacity_lr", "capacity"):  # 4 letters
         params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
     return run_part(args, s, path, params, depth_sweep)
 

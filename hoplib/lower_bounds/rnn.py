@@ -80,23 +80,26 @@ class _MLP(nn.Module):
 
 class TorchRNNLayer(RecurrentLayer):
     """Pre-norm residual block z + RNN(LN(z)) around ``cell`` (``torch.nn.GRU`` or ``torch.nn.LSTM``), then an
-    optional residual MLP; state h (GRU) or (h, c) (LSTM), d_model float32s each."""
+    optional residual MLP; state h (GRU) or (h, c) (LSTM), ``state_width`` float32s each (default d_model; a
+    narrower state is projected back to d_model)."""
 
-    def __init__(self, d_model: int, mlp_ratio: int = 4, cell: type[nn.RNNBase] = nn.GRU):
+    def __init__(self, d_model: int, mlp_ratio: int = 4, cell: type[nn.RNNBase] = nn.GRU,
+                 state_width: int | None = None):
         super().__init__()
-        self.d_model, self.lstm = d_model, cell is nn.LSTM
+        self.d_model, self.width, self.lstm = d_model, state_width or d_model, cell is nn.LSTM
         self.norm = nn.LayerNorm(d_model)
-        self.rnn = cell(d_model, d_model, batch_first=True)
+        self.rnn = cell(d_model, self.width, batch_first=True)
+        self.up = nn.Linear(self.width, d_model) if self.width != d_model else nn.Identity()
         self.mlp = _MLP(d_model, mlp_ratio) if mlp_ratio else nn.Identity()
 
     def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
-        return [((self.d_model,), None)] * (2 if self.lstm else 1)
+        return [((self.width,), None)] * (2 if self.lstm else 1)
 
     def forward(self, z: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
         h0 = None if state is None else tuple(t.unsqueeze(0).float().contiguous() for t in state)
         with torch.autocast(device_type=z.device.type, enabled=False):  # the recurrence in float32
             out, h = self.rnn(self.norm(z).float(), h0 if self.lstm or h0 is None else h0[0])
-        return self.mlp(z + out), tuple(t[0] for t in (h if self.lstm else (h,)))
+        return self.mlp(z + self.up(out)), tuple(t[0] for t in (h if self.lstm else (h,)))
 
 
 class MambaLayer(RecurrentLayer):
@@ -105,9 +108,9 @@ class MambaLayer(RecurrentLayer):
     gated by SiLU(g). Its state (the convolution's last inputs and S) carries over between blocks exactly."""
 
     def __init__(self, d_model: int, mlp_ratio: int = 4, d_state: int = 16, expand: int = 2, n_heads: int = 4,
-                 d_conv: int = 4):
+                 d_conv: int = 4, d_inner: int | None = None):
         super().__init__()
-        self.d_model, self.d_state, self.d_inner = d_model, d_state, expand * d_model
+        self.d_model, self.d_state, self.d_inner = d_model, d_state, d_inner or expand * d_model
         self.n_heads, self.d_conv = n_heads, d_conv
         if self.d_inner % n_heads:
             raise ValueError(f"n_heads must divide expand * d_model = {self.d_inner}, got {n_heads}")
@@ -193,7 +196,8 @@ KINDS = ("gru", "lstm", "mamba")
 def recurrent_model(kind: str, vocab_size: int, *, d_model: int = 64, n_layers: int = 2, n_classes: int | None = None,
                     mlp_ratio: int = 4, **layer_kwargs: int) -> RecurrentStack:
     """Embedding, ``n_layers`` residual blocks of ``kind`` ("gru", "lstm" or "mamba"), LayerNorm and a linear
-    head to ``n_classes`` (default ``vocab_size``) logits; ``layer_kwargs`` go to :class:`MambaLayer`."""
+    head to ``n_classes`` (default ``vocab_size``) logits; ``layer_kwargs`` go to each layer (``state_width`` of
+    a GRU or LSTM layer; ``d_state``, ``d_inner``, ``d_conv``, ``n_heads`` of a :class:`MambaLayer`)."""
     layer = {"gru": partial(TorchRNNLayer, cell=nn.GRU), "lstm": partial(TorchRNNLayer, cell=nn.LSTM),
              "mamba": MambaLayer}[kind]
     layers = [layer(d_model, mlp_ratio, **layer_kwargs) for _ in range(n_layers)]

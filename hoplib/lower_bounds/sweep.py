@@ -26,6 +26,7 @@ Builder = Callable[[dict[str, Any]], tuple[nn.Module, dict[str, Any]]]
 """Makes the model of one grid point: ``point -> (model, extra record fields)``."""
 
 BATCH_SIZE = 32  # the batch of every stored depth sweep of the lower-bound chapters
+LAYER_KEYS = ("state_width", "d_state", "d_inner", "d_conv", "n_heads")  # sizes a point may give its layers
 
 
 def recurrent_builder(task: HopTask, heads: int = 4) -> Builder:
@@ -34,7 +35,9 @@ def recurrent_builder(task: HopTask, heads: int = 4) -> Builder:
     def build(point: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
         if point["kind"] == "transformer":
             return gpt_for_task(task, depth=point["depth"], d_model=point["d_model"], heads=heads), {"state_bits": 0}
-        model = recurrent_model(point["kind"], task.vocab_size, d_model=point["d_model"], n_layers=point["depth"])
+        sizes = {key: point[key] for key in LAYER_KEYS if key in point}
+        model = recurrent_model(point["kind"], task.vocab_size, d_model=point["d_model"], n_layers=point["depth"],
+                                **sizes)
         return model, {"state_bits": model.state_bits()[0]}
     return build
 
