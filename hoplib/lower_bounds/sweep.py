@@ -174,3 +174,59 @@ def plot_headline():
     bottom.set_title("every family, N = 64, k ≤ 8, 4,000 steps")
     fig.tight_layout()
     return fig
+
+
+def capacity_runs(root: str | None = None):  # root: a results/ folder (default the book's)
+    """Every stored model of the rnn chapter's capacity sweep (``rnn/cpu/capacity[_seed<s>][_steps<B>].json``),
+    one row each: ``kind, size`` (its state width, or the Mamba-style layer's inner width; the transformer: 0),
+    ``seed, steps, error`` at k = 1, ``state_bits`` (all layers) and ``ratio``, the state over the
+    |Sigma| log2 |Sigma| bits of the one-hop table. A DataFrame."""
+    import math
+
+    import pandas as pd
+
+    from hoplib._book.results import load_stored, results_dir
+
+    rows = []
+    from pathlib import Path
+
+    for path in sorted((Path(root or results_dir()) / "rnn" / "cpu").glob("capacity*.json")):
+        name = path.stem
+        if name.endswith(".partial") or name == "capacity_lr":
+            continue
+        stored = load_stored(f"rnn/cpu/{path.name}", root=path.parents[2])
+        p = stored.record["parameters"]
+        table = p["alphabet_size"] * math.log2(p["alphabet_size"])
+        for r in stored.data:
+            bits = r["state_bits"] * r["depth"]
+            rows.append({"kind": r["kind"], "size": r.get("state_width", r.get("d_inner")),
+                         "seed": p["seed"], "steps": p["steps"], "error": r["error"], "state_bits": bits,
+                         "ratio": bits / table, "lr": r["lr"]})
+    return pd.DataFrame(rows)
+
+
+def plot_capacity(runs: Any, ax=None, *, steps: int | None = None):
+    """Test error at k = 1 against the recurrent state over the one-hop table (log scale) per family, from
+    :func:`capacity_runs` at ``steps`` (default the largest budget): the mean over seeds with a bar from the
+    lowest to the highest; the transformer, which carries no state, as a band over its seeds' range."""
+    import matplotlib.pyplot as plt
+
+    from hoplib import report
+
+    if ax is None:
+        ax = plt.subplots(figsize=(6.4, 3.8))[1]
+    runs = runs[runs.steps == (steps or runs.steps.max())]
+    for kind, group in runs.groupby("kind", sort=False):
+        colour, marker = report.FAMILY_STYLE[kind]
+        e = group.groupby("ratio").error.agg(["mean", "min", "max"])
+        if kind == "transformer":
+            ax.axhspan(e["min"].min(), e["max"].max(), color=colour, alpha=0.25, lw=0)
+            ax.axhline(e["mean"].mean(), color=colour, label="transformer (no state)")
+            continue
+        ax.errorbar(e.index, e["mean"], yerr=[e["mean"] - e["min"], e["max"] - e["mean"]], color=colour,
+                    marker=marker, capsize=3, label=kind)
+    ax.axvline(1, color="0.4", ls=":", lw=1)
+    ax.axhline(report.THRESHOLD, color="0.6", lw=0.8)
+    ax.set(xscale="log", ylim=(-0.03, 1.03), xlabel="state bits / (|Σ| log₂ |Σ|)", ylabel="test error at k = 1")
+    ax.legend(fontsize=9, loc="center right")
+    return ax
