@@ -306,6 +306,9 @@ def parameter_type(spec: dict) -> type | None:
     return type(default) if type(default) in names.values() else None
 
 
+KINDS = {int: ("an integer", (int,)), float: ("a number", (int, float)), bool: ("True or False", (bool,))}
+
+
 def typed_value(name: str, text: str, kind: type | None) -> object:
     """A ``-p NAME VALUE`` as papermill's command line reads it (``True``, ``None``, numbers), checked against the
     parameter's type; a string parameter takes the text as given (``-p profile 2024`` stays ``"2024"``)."""
@@ -314,12 +317,8 @@ def typed_value(name: str, text: str, kind: type | None) -> object:
     value = _resolve_type(text)
     if kind is str:
         return text
-    if kind is int and not (isinstance(value, int) and not isinstance(value, bool)):
-        raise RunError(f"parameter {name} must be an integer, got {text!r}")
-    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise RunError(f"parameter {name} must be a number, got {text!r}")
-    if kind is bool and not isinstance(value, bool):
-        raise RunError(f"parameter {name} must be True or False, got {text!r}")
+    if kind in KINDS and type(value) not in KINDS[kind][1]:
+        raise RunError(f"parameter {name} must be {KINDS[kind][0]}, got {text!r}")
     return value
 
 
