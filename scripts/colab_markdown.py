@@ -143,6 +143,22 @@ def find_close(lines: list[str], start: int, fence: str) -> int:
     return len(lines)
 
 
+def indentation(line: str) -> int:
+    """The spaces before a directive's opening fence (3 inside a list item such as ``1. ...``)."""
+    return len(line) - len(line.lstrip(" "))
+
+
+def unindent(body: list[str], indent: int) -> list[str]:
+    """A directive's lines without the indentation of its opening fence, so that options indented with it (a
+    ``literalinclude`` inside a list item) are read as options and not as content."""
+    return [line[min(indent, indentation(line)):] for line in body]
+
+
+def reindent(text: str, indent: int) -> str:
+    """A converted directive indented as its source was, so that it stays inside its list item."""
+    return "\n".join(" " * indent + line if line.strip() else line for line in text.split("\n"))
+
+
 def split_options(body: list[str]) -> tuple[dict[str, str], list[str]]:
     """A directive's ``:key: value`` options (or ``---`` YAML block) and the lines of its content."""
     options: dict[str, str] = {}
@@ -175,7 +191,7 @@ def iter_directives(text: str):
             i += 1
             continue
         end = find_close(lines, i, m["fence"])
-        options, content = split_options(lines[i + 1:end])
+        options, content = split_options(unindent(lines[i + 1:end], indentation(lines[i])))
         yield m["name"], m["arg"], options, "\n".join(content)
         yield from iter_directives("\n".join(content))
         i = end + 1
@@ -443,13 +459,14 @@ def convert_text(text: str, chapter: Chapter, top: bool = True) -> str:
         if (m := OPEN.match(line)) is not None:
             flush()
             end = find_close(lines, i, m["fence"])
-            options, content = split_options(lines[i + 1:end])
+            indent = indentation(line)
+            options, content = split_options(unindent(lines[i + 1:end], indent))
             name = m["name"]
             if top and name in ("solution-start", "solution-end"):
                 chapter.in_solution = name == "solution-start"
             elif not (top and chapter.in_solution):
                 body = convert_text("\n".join(content), chapter, top=False)
-                emit(render_directive(name, m["arg"], options, body, chapter))
+                emit(reindent(render_directive(name, m["arg"], options, body, chapter), indent))
             i = end + 1
         elif (m := PLAIN_FENCE.match(line)) is not None:
             flush()

@@ -3,11 +3,14 @@
     python scripts/notebooks.py sync                 # chapters/*.md -> chapters/*.ipynb (for Colab)
     python scripts/notebooks.py sync --from-build    # the same, with the glued values of the last book build
     python scripts/notebooks.py check                # fail if any .ipynb differs from what sync would write
-    python scripts/notebooks.py run hop_task -p profile paper -p device cuda [--out results]
+    python scripts/notebooks.py run hop_task -p profile paper -p device cuda [--out runs] [--overwrite]
 
-``run`` checks every ``-p`` against the chapter's parameters cell and profiles before starting a kernel (exit
-status 2 and one line for a bad one), and replaces the executed notebook and results files only when the whole
-chapter ran: a failure prints one line (the failing cell and exception) and the path of the full log (exit 1).
+``run`` checks every ``-p`` before it makes a folder or starts a kernel (exit status 2 and one line for a bad
+one): names, defaults and types from papermill's inspection of the parameters cell, then the book's own checks
+(a chapter that _toc.yml lists, a profile the chapter defines, a device that is present). It writes under
+``--out/<chapter>/<profile>/`` only, holding a lock on that folder for the run (a second run on it is refused),
+replaces an earlier run's files only with ``--overwrite``, and replaces them only when the whole chapter ran: a
+failure prints one line (the failing cell and exception) and the path of the full log (exit 1).
 
 The MyST Markdown files are the only hand-edited sources. The generated notebooks differ from them in three
 ways. Their Markdown is converted to plain Markdown that Jupyter and Colab render (``colab_markdown.py``: prf
@@ -26,8 +29,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
+import contextlib
+import fcntl
 import os
+import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -165,18 +171,45 @@ def _chapter_code(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     return [c for c in nb.cells if c.cell_type == "code" and not set(tags) & set(c.metadata.get("tags", []))]
 
 
+def shown_in_place(outputs: list) -> list:
+    """A build cell's outputs as the notebook shows them outside the book (``hoplib._book.notebook.glue`` in a
+    plain notebook): a glued number or string is left out (the prose carries it); a glued table is shown where
+    it was glued, a glued figure at the end of its cell (where Jupyter's inline backend draws an open figure),
+    both with myst-nb's record prefix taken off their mime types so that every viewer renders them."""
+    kept, figures = [], []
+    for out in outputs:
+        mark = out.get("metadata", {}).get("scrapbook")
+        if mark is None:
+            kept.append(out)
+            continue
+        prefix = mark.get("mime_prefix", "")
+        data = {k.removeprefix(prefix): v for k, v in out.get("data", {}).items()}
+        if set(data) <= {"text/plain"}:
+            continue
+        shown = nbformat.v4.new_output("display_data", data=data)
+        (figures if any(k.startswith("image/") for k in data) else kept).append(shown)
+    return kept + figures
+
+
 def with_outputs(nb: nbformat.NotebookNode, run: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of ``nb`` whose chapter code cells carry the outputs of the executed build ``run``. The notebook
-    leaves out the solutions' code cells, so its cells are matched, in order, to the run's cells of equal source;
-    unless every one of them finds its match, no outputs are copied."""
+    """A copy of ``nb`` whose chapter code cells carry the outputs of the executed build ``run``, glued figures
+    and tables included (:func:`shown_in_place`). The notebook leaves out the solutions' code cells, so its cells
+    are matched, in order, to the run's cells of equal source; unless every one of them finds its match, no
+    outputs are copied."""
     nb = nbformat.from_dict(nb)
     theirs = iter([c for c in run.cells if c.cell_type == "code"])
     pairs = [(cell, next((d for d in theirs if d.source == cell.source), None)) for cell in _chapter_code(nb)]
     if all(done is not None for _, done in pairs):
         for cell, done in pairs:
-            cell.outputs = [o for o in done.outputs if "scrapbook" not in o.get("metadata", {})]  # glued values
+            cell.outputs = shown_in_place(done.outputs)
             cell.execution_count = done.get("execution_count")
     return nb
+
+
+def download_notebook(chapter: str) -> Path:
+    """Where the built page's download button serves the chapter's notebook (with the build's outputs): the
+    reference outputs that the notebook test (nbval) compares a fresh run with."""
+    return BUILD / "html" / "_sources" / "chapters" / f"{chapter}.ipynb"
 
 
 def sync(from_build: bool = False) -> list[Path]:
@@ -193,7 +226,7 @@ def sync(from_build: bool = False) -> list[Path]:
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
             written.append(target)
-        download = BUILD / "html" / "_sources" / "chapters" / f"{md.stem}.ipynb"
+        download = download_notebook(md.stem)
         if run is not None and download.parent.is_dir():
             download.write_text(render(with_outputs(nb, run)), encoding="utf-8")
     for stale in CHAPTERS.glob("*.ipynb"):
@@ -232,124 +265,160 @@ class RunError(Exception):
         self.code = code
 
 
-def _value(text: str) -> object:
-    """Parse a -p value as papermill does: None, booleans, ints and floats, else the string itself."""
-    if text in ("None", "none"):
+def toc_chapters(chapters: Path) -> list[str]:
+    """The chapters ``_toc.yml`` (beside the ``chapters`` folder) lists: ``chapters/hop_task`` -> ``hop_task``."""
+    toc_path = chapters.parent / "_toc.yml"
+    if not toc_path.is_file():
+        raise RunError(f"no _toc.yml beside {chapters}: the chapters a run may name are listed there")
+    files, todo = [], [yaml.safe_load(toc_path.read_text(encoding="utf-8"))]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            files += [node["file"]] if isinstance(node.get("file"), str) else []
+            todo += list(node.values())
+        elif isinstance(node, list):
+            todo += node
+    prefix = f"{chapters.name}/"
+    names = {f.removesuffix(".md").removeprefix(prefix) for f in files if f.startswith(prefix)}
+    return sorted(n for n in names if "/" not in n and (chapters / f"{n}.md").is_file())
+
+
+def chapter_parameters(source: Path) -> dict[str, dict]:
+    """papermill's inspection of a notebook's ``parameters`` cell: name -> its ``default`` (source text),
+    ``inferred_type_name`` (from an annotation) and ``help`` (its comment)."""
+    import papermill
+
+    found = papermill.inspect_notebook(str(source))
+    if not found:
+        raise RunError(f"{source.stem} has no code cell tagged 'parameters'")
+    return found
+
+
+def parameter_type(spec: dict) -> type | None:
+    """A parameter's type: papermill's (from an annotation, ``seed: int = 0``) or else its default value's."""
+    names = {"int": int, "float": float, "str": str, "bool": bool}
+    if spec.get("inferred_type_name") in names:
+        return names[spec["inferred_type_name"]]
+    try:
+        default = ast.literal_eval(spec["default"])
+    except (ValueError, SyntaxError):
         return None
-    if text in ("True", "true", "False", "false"):
-        return text.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
+    return type(default) if type(default) in names.values() else None
 
 
-def parameters_cell(nb: nbformat.NotebookNode) -> dict[str, object]:
-    """Names and default values (``...`` where not a literal) assigned in the cell tagged ``parameters``."""
-    cell = next((c for c in _chapter_code(nb) if "parameters" in c.metadata.get("tags", [])), None)
-    if cell is None:
-        raise RunError("the chapter has no code cell tagged 'parameters'")
-    defaults: dict[str, object] = {}
-    for node in ast.parse(cell.source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                defaults[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                defaults[node.targets[0].id] = ...
-    return defaults
+KINDS = {int: ("an integer", (int,)), float: ("a number", (int, float)), bool: ("True or False", (bool,))}
 
 
-def _resolve(expr: ast.expr, cell: ast.Module) -> object:
-    """The value of a ``Name`` or ``module.attr`` expression of the settings cell: a dict literal assigned
-    there, or an object imported there (the import is run); ``None`` when it cannot be found statically."""
-    imports: dict[str, tuple[str, str | None]] = {}
-    literals: dict[str, ast.expr] = {}
-    for node in cell.body:
-        if isinstance(node, ast.Import):
-            imports.update({a.asname or a.name: (a.name, None) for a in node.names})
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imports.update({a.asname or a.name: (node.module, a.name) for a in node.names})
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            literals[node.targets[0].id] = node.value
+def typed_value(name: str, text: str, kind: type | None) -> object:
+    """A ``-p NAME VALUE`` as papermill's command line reads it (``True``, ``None``, numbers), checked against the
+    parameter's type; a string parameter takes the text as given (``-p profile 2024`` stays ``"2024"``)."""
+    from papermill.cli import _resolve_type  # what `papermill -p` does with a value
 
-    def lookup(name: str) -> object:
-        if name in literals:
-            try:
-                return ast.literal_eval(literals[name])
-            except ValueError:
-                return None
-        if name in imports:
-            module, attr = imports[name]
-            try:
-                obj = importlib.import_module(module)
-                return getattr(obj, attr) if attr else obj
-            except (ImportError, AttributeError):
-                try:  # ``from package import submodule``
-                    return importlib.import_module(f"{module}.{attr}")
-                except ImportError:
-                    return None
-        return None
-
-    if isinstance(expr, ast.Name):
-        return lookup(expr.id)
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-        return getattr(lookup(expr.value.id), expr.attr, None)
-    return None
-
-
-def chapter_profiles(nb: nbformat.NotebookNode) -> tuple[str, ...] | None:
-    """The profile names of the chapter: the keys of the table passed to ``hoplib._book.notebook.start``."""
-    for cell in _chapter_code(nb):
-        tree = ast.parse(cell.source)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "start":
-                arg = node.args[5] if len(node.args) > 5 else next(
-                    (k.value for k in node.keywords if k.arg == "profiles"), None)
-                table = _resolve(arg, tree) if arg is not None else None
-                return tuple(table) if isinstance(table, dict) else None
-    return None
-
-
-def _check_type(name: str, value: object, default: object, text: str) -> object:
-    if isinstance(default, bool) or default is ... or default is None:
-        return value
-    if isinstance(default, str):
-        return text  # a string parameter takes the text as given ("-p out_dir 2024" stays "2024")
-    if isinstance(default, int) and not (isinstance(value, int) and not isinstance(value, bool)):
-        raise RunError(f"parameter {name} must be an integer, got {text!r}")
-    if isinstance(default, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise RunError(f"parameter {name} must be a number, got {text!r}")
+    value = _resolve_type(text)
+    if kind is str:
+        return text
+    if kind in KINDS and type(value) not in KINDS[kind][1]:
+        raise RunError(f"parameter {name} must be {KINDS[kind][0]}, got {text!r}")
     return value
 
 
-def validate_parameters(md: Path, params: list[tuple[str, str]]) -> dict[str, object]:
-    """Check ``-p NAME VALUE`` pairs against the chapter's parameters cell (names, types) and against the
-    checks of ``hoplib._book.notebook.start`` (profile, seed, device), before any kernel starts."""
-    from hoplib._book.device import get_device
-    from hoplib._book.validate import check_int
+class _Profiles(Exception):
+    """Raised in place of ``hoplib._book.notebook.start`` by :func:`chapter_profiles`, with the profile names."""
 
-    nb = jupytext.read(md, fmt="md:myst")
-    defaults = parameters_cell(nb)
+
+def chapter_profiles(nb: nbformat.NotebookNode, values: dict[str, object]) -> tuple[str, ...]:
+    """The profile names the chapter defines: its parameters cell (with ``values``) and its settings cell, the
+    next code cell, run in this process up to the settings cell's call of ``nb.start``, which is replaced for
+    the time by one that hands over its profiles table (the cell's imports run; no chapter work does)."""
+    import hoplib._book.notebook as book
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+
+    def hand_over(chapter, profile, device, seed, out_dir, profiles):
+        raise _Profiles(tuple(profiles))
+
+    start, book.start = book.start, hand_over
+    namespace: dict[str, object] = {"__name__": "__chapter__"}
+    try:
+        exec(compile(code[0].source, "<parameters cell>", "exec"), namespace)
+        namespace.update(values)
+        exec(compile(code[1].source if len(code) > 1 else "", "<settings cell>", "exec"), namespace)
+    except _Profiles as found:
+        return found.args[0]
+    except Exception as exc:  # noqa: BLE001 - one line instead of the chapter's traceback
+        raise RunError(f"cannot read the profiles of the chapter: its settings cell raised "
+                       f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        book.start = start
+    raise RunError("the chapter's second code cell does not call nb.start(...) with its profiles")
+
+
+def validate_parameters(md: Path, params: list[tuple[str, str]], source: Path) -> tuple[dict[str, object], str]:
+    """The ``-p NAME VALUE`` pairs checked, each failure one line before any work: names and types against
+    papermill's inspection of the parameters cell (``source``: the chapter as a notebook), then the book's own
+    checks: a profile the chapter defines and a device that is present. Returns the values and the profile."""
+    from hoplib._book.device import get_device
+
+    specs = chapter_parameters(source)
     values: dict[str, object] = {}
     for name, text in params:
-        if name not in defaults:
+        if name not in specs:
             raise RunError(f"unknown parameter {name!r} for chapter {md.stem}; its parameters cell defines "
-                           f"{', '.join(defaults)}")
-        values[name] = _check_type(name, _value(text), defaults[name], text)
-    profiles = chapter_profiles(nb)
-    if "profile" in values and profiles is not None and values["profile"] not in profiles:
-        raise RunError(f"profile must be one of {', '.join(profiles)} for chapter {md.stem}, "
-                       f"got {values['profile']!r}")
-    try:
-        if "seed" in values:
-            check_int("seed", values["seed"], low=0, high=2**32 - 1)
-        if "device" in values:
+                           f"{', '.join(specs)}")
+        if name == "out_dir":
+            raise RunError("out_dir is set by the runner (results go under --out); choose the folder with --out")
+        values[name] = typed_value(name, text, parameter_type(specs[name]))
+    profiles = chapter_profiles(jupytext.read(md, fmt="md:myst"), values)
+    profile = values.get("profile", ast.literal_eval(specs["profile"]["default"]) if "profile" in specs else "")
+    if profile not in profiles:
+        raise RunError(f"profile must be one of {', '.join(profiles)} for chapter {md.stem}, got {profile!r}")
+    if "device" in values:
+        try:
             get_device(values["device"])
-    except (TypeError, ValueError) as exc:
-        raise RunError(str(exc)) from exc
-    return values
+        except (TypeError, ValueError) as exc:
+            raise RunError(str(exc)) from exc
+    return values, str(profile)
+
+
+def inside(out: Path, *names: str) -> Path:
+    """``out/name/...``, refused unless every name is one plain folder name and the path stays inside ``out``."""
+    base = out.resolve()
+    for name in names:
+        if name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+            raise RunError(f"{name!r} cannot name a folder under --out {out}")
+    path = base.joinpath(*names).resolve()
+    if not path.is_relative_to(base):
+        raise RunError(f"{'/'.join(names)!r} would lead outside --out {out}")
+    return path
+
+
+LOCK = ".notebooks-run.lock"
+
+
+@contextlib.contextmanager
+def locked(folder: Path):
+    """Hold an exclusive ``flock`` on ``folder/.notebooks-run.lock`` for a run; a second run on the same folder
+    (another process, another container on a shared disk) is refused in one line instead of waiting. The lock
+    goes with the process: nothing stale is left to take over after a crash."""
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise RunError(f"another notebooks.py run ({holder}) is writing to {folder}; wait for it to end or "
+                           "choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def previous_run(final: Path, chapter: str) -> list[str]:
+    """The files of an earlier successful run in ``final`` (its notebook and results files)."""
+    return sorted(p.name for p in final.iterdir() if not p.name.startswith(".")
+                  and p.name not in (f"{chapter}.failed.log", f"{chapter}.failed.ipynb"))
 
 
 def execute(source: Path, target: Path, parameters: dict[str, object], cwd: Path, timeout: int) -> None:
@@ -371,34 +440,66 @@ def _failure_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, chapters: Path = CHAPTERS) -> Path:
-    """Execute a chapter with papermill; write the executed notebook and its results files under ``out``.
+def _install(staging: Path, executed: Path, final: Path, chapter: str, old: list[str]) -> None:
+    """Move a successful run's results files and notebook into ``final``; files of the run it replaces
+    (``old``, allowed by ``--overwrite``) that it did not write again are removed, so one run's files remain."""
+    results = staging / chapter / final.name
+    new = sorted(results.iterdir()) if results.is_dir() else []
+    for path in new:
+        target = final / path.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(path, target)
+    os.replace(executed, final / f"{chapter}.ipynb")
+    for name in set(old) - {p.name for p in new} - {f"{chapter}.ipynb"}:
+        stale = final / name
+        shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink(missing_ok=True)
+    for stale in (final / f"{chapter}.failed.log", final / f"{chapter}.failed.ipynb"):
+        stale.unlink(missing_ok=True)
 
-    Parameters are checked first (no kernel starts for a bad one). The run executes into a staging folder
-    beside ``out/<chapter>/<profile>/``; only a successful run replaces the notebook and results files there,
-    so a failed run leaves the last good ones in place and writes ``<chapter>.failed.ipynb`` and
-    ``<chapter>.failed.log`` (the full traceback) beside them.
+
+def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, chapters: Path = CHAPTERS,
+        overwrite: bool = False) -> Path:
+    """Execute a chapter with papermill; write the executed notebook and its results files under
+    ``out/<chapter>/<profile>/``.
+
+    Every parameter is checked before a path under ``out`` is made or a kernel starts (:func:`validate_parameters`;
+    the chapter is one ``_toc.yml`` lists), and the results folder must stay inside ``out``. The run holds a lock
+    on its folder (:func:`locked`) and replaces an earlier run's files only with ``overwrite``. It executes into
+    a staging folder beside the results folder; only a successful run moves its files in, so a failed run leaves
+    the last good ones in place and writes ``<chapter>.failed.ipynb`` and ``<chapter>.failed.log`` (the full
+    traceback) beside them.
     """
-    names = sorted(p.stem for p in chapters.glob("*.md"))
+    names = toc_chapters(chapters)
     if chapter not in names:  # a name only: "../x" or "a/b" would write outside out/
         raise RunError(f"chapter must be one of: {', '.join(names)}; got {chapter!r}")
     md = chapters / f"{chapter}.md"
-    parameters = validate_parameters(md, params)
-    defaults = parameters_cell(jupytext.read(md, fmt="md:myst"))
-    profile = str(parameters.get("profile", defaults.get("profile", "quick")))
-    final = out.resolve() / chapter / profile
-    from hoplib._book.results import check_writable
-
-    try:  # a file, read-only, no room: one line before a kernel starts
-        check_writable(final)
-    except ValueError as exc:
-        raise RunError(str(exc)) from exc
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{profile}-running-") as tmp:
-        staging = Path(tmp)
-        if "out_dir" in defaults and "out_dir" not in parameters:
-            parameters["out_dir"] = str(staging)  # results land in staging/<chapter>/<profile>/ first
-        source, executed = staging / "source.ipynb", staging / f"{chapter}.ipynb"
+    with tempfile.TemporaryDirectory(prefix="notebooks-run-") as tmp:  # outside out/: nothing there yet
+        source = Path(tmp) / f"{chapter}.ipynb"
         nbformat.write(jupytext.read(md, fmt="md:myst"), source)
+        parameters, profile = validate_parameters(md, params, source)
+        final = inside(out, chapter, profile)
+        from hoplib._book.results import check_writable
+
+        try:  # a file, read-only, no room: one line before a kernel starts
+            check_writable(final)
+        except ValueError as exc:
+            raise RunError(str(exc)) from exc
+        with locked(final):
+            old = previous_run(final, chapter)
+            if old and not overwrite:
+                raise RunError(f"{final} holds an earlier run ({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}"
+                               "); add --overwrite to replace it, or choose another --out")
+            return _execute_into(md, source, parameters, final, chapter, timeout, old)
+
+
+def _execute_into(md: Path, source: Path, parameters: dict[str, object], final: Path, chapter: str, timeout: int,
+                  old: list[str]) -> Path:
+    """The locked part of :func:`run`: execute in a staging folder beside ``final``, then install or report."""
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}-running-") as tmp:
+        staging = Path(tmp)
+        parameters = {**parameters, "out_dir": str(staging)}  # results land in staging/<chapter>/<profile>/ first
+        executed = staging / f"{chapter}.ipynb"
         t0 = time.perf_counter()
         try:
             execute(source, executed, parameters, md.parent, timeout)
@@ -414,12 +515,7 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
                 os.replace(executed, final / f"{chapter}.failed.ipynb")
             kept = " (the previous notebook is kept)" if (final / f"{chapter}.ipynb").exists() else ""
             raise RunError(f"{chapter} failed: {_failure_line(exc)}{kept}; {where}", code=1) from exc
-        results = staging / chapter / profile
-        for path in sorted(results.glob("*")) if results.is_dir() else []:
-            os.replace(path, final / path.name)
-        os.replace(executed, final / f"{chapter}.ipynb")
-    for stale in (final / f"{chapter}.failed.log", final / f"{chapter}.failed.ipynb"):
-        stale.unlink(missing_ok=True)
+        _install(staging, executed, final, chapter, old)
     print(f"{chapter}: executed in {time.perf_counter() - t0:.1f} s -> {final / f'{chapter}.ipynb'}")
     return final / f"{chapter}.ipynb"
 
@@ -437,7 +533,10 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--out", type=Path, default=ROOT / "runs",
                        help="folder for the executed notebook and results (default: runs/, ignored by git)")
     p_run.add_argument("--timeout", type=int, default=36_000, help="seconds per cell (default 36000)")
-    p_run.add_argument("--chapters", type=Path, default=CHAPTERS, help="folder of the chapter sources")
+    p_run.add_argument("--chapters", type=Path, default=CHAPTERS,
+                       help="folder of the chapter sources (the chapters its parent's _toc.yml lists)")
+    p_run.add_argument("--overwrite", action="store_true",
+                       help="replace the notebook and results files of an earlier run in the same folder")
     args = parser.parse_args(argv)
     if args.command == "sync":
         try:
@@ -456,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             print("run: python scripts/notebooks.py sync", file=sys.stderr)
         return 1 if problems else 0
     try:
-        run(args.chapter, args.parameter, args.out, args.timeout, args.chapters)
+        run(args.chapter, args.parameter, args.out, args.timeout, args.chapters, args.overwrite)
     except RunError as err:
         print(f"notebooks.py run: {err}", file=sys.stderr)
         return err.code

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Run the tests: lint, hoplib's unit tests and the book checks (notebooks in sync; every chapter's Colab notebook
-# run top to bottom in a fresh environment, as a Colab user runs it). The chapters' MyST sources are executed by
-# the book build
-# (scripts/build.sh), which fails on any error or failed assertion. To run one Colab notebook under nbval:
-#   python -m pytest --nbval-lax --nbval-current-env chapters/hop_task.ipynb
+# Run the tests: lint, hoplib's unit tests and the book checks. Run it after the book build (scripts/build.sh;
+# CI: .ci/run): among the book checks, nbval runs every chapter's Colab notebook as a Colab user runs it (a
+# fresh environment, its install cell) and compares it cell by cell with the web build's outputs
+# (tests/test_book.py; what may differ is in tests/nbval_sanitize.cfg). Without a build, one test says so and
+# the comparisons are skipped. To compare one chapter in this environment:
+#   python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+#     _build/html/_sources/chapters/hop_task.ipynb
 # Extra arguments go to pytest.
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 ruff check .

@@ -343,3 +343,42 @@ def test_build_outputs_reach_the_notebook_cells_around_the_left_out_solutions(de
     assert "answer = x + 1" not in code and code["# Your answer here\n"] == []
     stale = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 2")])
     assert all(not c.get("outputs") for c in notebooks.with_outputs(demo, stale).cells), "no partial copies"
+
+
+def test_an_indented_literalinclude_in_a_list_item_becomes_only_its_object(tmp_path):
+    write_book(tmp_path)
+    (tmp_path / "lib.py").write_text("import os\n\n\ndef f():\n    return 1\n\n\ndef g():\n    return 2\n")
+    chapter = colab_markdown.Chapter("chapters/main", colab_markdown.load_book(tmp_path))
+    item = "1. **The first.** It reads:\n\n   ```{literalinclude} ../lib.py\n   :pyobject: g\n   ```\n\n   Then more."
+    assert colab_markdown.convert_text(item, chapter) == (
+        "1. **The first.** It reads:\n\n   ```python\n   def g():\n       return 2\n   ```\n\n   Then more.")
+
+
+INCLUDE = re.compile(r"^(?P<indent> *)```\{literalinclude\} (?P<path>\S+)\n(?P<options>(?:(?P=indent):[\w-]+:.*\n)*)",
+                     re.M)
+FENCED = re.compile(r"^(?P<indent> *)```\w*\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
+
+
+def page_shows(md: Path, path: str, options: str) -> str:
+    """What the web page shows for a ``literalinclude``: Sphinx's own reader of the directive, dedented (the
+    notebook shows a method without its class's indentation)."""
+    from sphinx.config import Config
+    from sphinx.directives.code import LiteralIncludeReader
+
+    opts = dict(re.match(r"\s*:([\w-]+):\s*(.*)", line).groups() for line in options.splitlines())
+    text, _ = LiteralIncludeReader(str(md.parent / path), opts, Config({}, {})).read()
+    return textwrap.dedent(text).rstrip("\n")
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=lambda p: p.stem)
+def test_every_literalinclude_in_a_colab_notebook_holds_exactly_the_object_the_page_shows(md):
+    includes = list(INCLUDE.finditer(md.read_text(encoding="utf-8")))
+    nb = nbformat.read(md.with_suffix(".ipynb"), as_version=4)
+    blocks = [textwrap.dedent("\n".join(line[len(m["indent"]):] for line in m["body"].split("\n"))).rstrip("\n")
+              for c in nb.cells if c.cell_type == "markdown" for m in FENCED.finditer(c.source)]
+    for inc in includes:
+        shown = page_shows(md, inc["path"], inc["options"])
+        assert shown in blocks, f"{md.name}: the notebook lacks {inc['path']} {inc['options'].strip()}"
+    whole = {(md.parent / inc["path"]).read_text(encoding="utf-8").rstrip("\n") for inc in includes
+             if "pyobject" in inc["options"]}
+    assert not whole & set(blocks), f"{md.name}: a whole file where the page shows one object"
