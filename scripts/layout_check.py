@@ -31,7 +31,7 @@ from pathlib import Path
 
 PROBE = """
 <script>
-setTimeout(() => {
+const measure = () => {
   const found = [];
   const article = document.querySelector('.bd-article') || document.body;
   const edge = Math.min(document.documentElement.clientWidth, article.getBoundingClientRect().right + 2);
@@ -49,6 +49,7 @@ setTimeout(() => {
   for (const el of article.querySelectorAll('*')) {
     const r = el.getBoundingClientRect();
     if (r.width === 0 || el.closest('.MathJax, mjx-container, .math')) continue;  // MathJax does not load offline
+    if (el.checkVisibility && !el.checkVisibility()) continue;  // inside a closed <details>: not on screen
     const s = getComputedStyle(el);
     const hidden = el.scrollWidth - el.clientWidth;
     if (hidden > 1 && el.clientWidth > 0 && s.display !== 'inline') {
@@ -68,7 +69,13 @@ setTimeout(() => {
   out.id = 'layout-report';
   out.textContent = report;
   document.body.appendChild(out);
-}, 3000);
+};
+// Measure once the page has loaded (the book's scripts run at DOMContentLoaded, which a script that cannot be
+// fetched offline, MathJax, delays) and its fonts are in, one second later; at the latest after 20 s.
+let measured = false;
+const once = () => { if (!measured) { measured = true; measure(); } };
+window.addEventListener('load', () => document.fonts.ready.then(() => setTimeout(once, 1000)));
+setTimeout(once, 20000);
 </script>
 """
 
@@ -83,7 +90,7 @@ MIN_WINDOW = 500  # headless Chromium's narrowest window
 def _chromium(args: list[str], width: int, height: int) -> str:
     command = [shutil.which("chromium") or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
                "--hide-scrollbars", f"--window-size={max(width, MIN_WINDOW)},{height}",
-               "--virtual-time-budget=8000", *args]
+               "--virtual-time-budget=30000", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=180).stdout
 
 
