@@ -114,12 +114,13 @@ def strip_download_sources(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.config.hoplib_edition != "student" or not sources.is_dir():
         return
     for path in sorted(sources.rglob("*")):
-        if path.suffix == ".md":
+        name = path.name.removesuffix(app.config.html_sourcelink_suffix or "\0")  # "index.md.txt" in plain Sphinx
+        if name.endswith(".md"):
             text = path.read_text(encoding="utf-8")
             stripped, _ = strip_solutions(text)
             if stripped != text:
                 path.write_text(stripped, encoding="utf-8")
-        elif path.suffix == ".ipynb":
+        elif name.endswith(".ipynb"):
             nb = json.loads(path.read_text(encoding="utf-8"))
             stripped_nb = strip_notebook_solutions(nb)
             if stripped_nb != nb:
