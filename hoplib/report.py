@@ -330,16 +330,18 @@ FAMILY_STYLE = {"transformer": ("C0", "o"), "gru": ("C1", "s"), "lstm": ("C2", "
 
 
 def _formula_lines(ax, L: np.ndarray) -> None:
-    """The largest k that Theorem 4.2's depth formulas allow at depths ``L`` (grey)."""
-    ax.plot(L, 2.0 ** (L - 1) - 1, "--", color="0.55", label="⌊log₂k⌋+2 ≤ L (Theorem 4.2)")
-    ax.plot(L, 2.0 ** (L - 2), ":", color="0.55", label="⌈log₂k⌉+2 ≤ L (one lookup a layer)")
+    """The largest k at depths ``L`` (grey): by Theorem 4.2's formula as the paper states it, ⌊log₂k⌋+2 layers,
+    and by the book's construction, one lookup a layer, ⌈log₂k⌉+2 (the chapter on the construction)."""
+    ax.plot(L, 2.0 ** (L - 1) - 1, "--", color="0.55", label="⌊log₂k⌋+2 ≤ L (Theorem 4.2 as stated)")
+    ax.plot(L, 2.0 ** (L - 2), ":", color="0.55", label="⌈log₂k⌉+2 ≤ L (the book's construction)")
 
 
 def plot_families(crossings: Any, ax=None, *, threshold: float = THRESHOLD, formulas: bool = False):
     """The k where the error crosses ``threshold`` against depth, one line per family (the mean over seeds, a
     bar from the lowest to the highest seed): ``crossings`` as made by
-    :func:`hoplib.lower_bounds.sweep.family_crossings`. Families with one seed are drawn dashed; ``formulas``:
-    with the grey lines of :func:`plot_growth`."""
+    :func:`hoplib.lower_bounds.sweep.family_crossings`. Families with one seed are drawn dashed; the legend
+    gives each family's seeds and, where ``crossings`` has an ``lr`` column, its learning rate (runs of one
+    family at other rates reach other k); ``formulas``: with the grey lines of :func:`plot_growth`."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
@@ -351,9 +353,11 @@ def plot_families(crossings: Any, ax=None, *, threshold: float = THRESHOLD, form
         mean, low, high = by.mean(), by.min(), by.max()
         colour, marker = FAMILY_STYLE.get(family, ("0.3", "o"))
         seeds = g["seed"].nunique()
+        rates = g["lr"].dropna().unique() if "lr" in g else []
+        rate = f", lr {rates[0]:g}" if len(rates) == 1 else ""
         ax.errorbar(mean.index, mean, yerr=[mean - low, high - mean], color=colour, marker=marker, ms=5,
                     capsize=3, ls="-" if seeds > 1 else "--",
-                    label=f"{family} ({seeds} seed{'s' if seeds > 1 else ''})")
+                    label=f"{family} ({seeds} seed{'s' if seeds > 1 else ''}{rate})")
     ax.set(xlabel="depth L", ylabel=f"k where the error crosses {threshold}", xticks=depths)
     _log2_k_axis(ax)
     return ax.figure

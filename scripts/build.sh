@@ -15,7 +15,9 @@ if [ "$(cat _build/.hoplib-stamp 2>/dev/null)" != "$stamp" ]; then
   rm -rf _build/.jupyter_cache _build/.doctrees  # re-read and re-execute every page
   mkdir -p _build && echo "$stamp" > _build/.hoplib-stamp  # a failed build keeps the pages it executed
 fi
-# the student edition: no exercise solutions or lab answer keys (scripts/build_instructor.sh shows them)
+# the student edition: no exercise solutions or lab answer keys (scripts/build_instructor.sh shows them, and
+# puts them in _build/html/instructor/: an older instructor edition is removed here, not published stale)
+rm -rf _build/html/instructor
 HOPLIB_EDITION=student jupyter-book build . -W -n --keep-going "$@"
 python scripts/notebooks.py sync --from-build
 python scripts/html_check.py _build/html

@@ -25,6 +25,7 @@ book build fails on those too. The .bib file is read with pybtex and its LaTeX d
 from __future__ import annotations
 
 import ast
+import math
 import re
 import textwrap
 import unicodedata
@@ -509,3 +510,45 @@ def convert_cells(cells: list, doc: str, book: Book, values: dict[str, str] | No
         elif not (cell.cell_type == "code" and chapter.in_solution):
             out.append(cell)
     cells[:] = out
+
+
+# ------------------------------------------------------------------------------ the notebook's first screen
+TITLE = "#@title "  # Colab shows a code cell whose first line this is as its title, the code collapsed
+
+
+def run_time(seconds: float | None) -> str:
+    """The build's execution time of a chapter in words: "under a minute", "about 3 minutes"."""
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return "under a minute"
+    n = math.ceil(seconds / 60)
+    return f"about {n} minute{'s' if n > 1 else ''}"
+
+
+def first_cell(seconds: float | None) -> str:
+    """The Markdown of a notebook's first cell: what to run, how long it took in the book's build (``seconds``:
+    the build's measured execution time of the chapter, ``None`` when no build has timed it), and where the
+    numbers of the text come from."""
+    took = (f"In its `quick` profile (the default) the chapter's cells ran in {run_time(seconds)} when the web "
+            "book was built, on a two-core CPU like Colab's CPU runtime; the setup cell adds the time to clone "
+            "the book and install `hoplib`.") if seconds is not None else \
+        "The book's build has not timed this chapter yet."
+    return ("> **How to run this notebook.** *Runtime → Run all* runs it top to bottom. " + took + " For the "
+            "paper's sizes, choose a GPU runtime and set `profile = \"paper\"` in the parameters cell.\n>\n"
+            "> **Numbers.** The numbers in the text come from the web book's build; the cells print this run's, "
+            "which can differ (another CPU or a GPU, other library versions).")
+
+
+def collapse(cell, title: str) -> None:
+    """Show a code cell collapsed, by its title: Colab's form view (a ``#@title`` first line and ``cellView:
+    form``) and Jupyter's hidden source. The code still runs."""
+    if not cell.source.startswith(TITLE):
+        cell.source = f"{TITLE}{title}\n{cell.source}"
+    cell.metadata["cellView"] = "form"
+    cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+
+
+def untitled(source: str) -> str:
+    """A code cell's source without the ``#@title`` line :func:`collapse` put first."""
+    return source.split("\n", 1)[1] if source.startswith(TITLE) and "\n" in source else source

@@ -45,7 +45,7 @@ import nbformat
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from colab_markdown import convert_cells, load_book  # noqa: E402
+from colab_markdown import collapse, convert_cells, first_cell, load_book, untitled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
@@ -97,25 +97,33 @@ def chapter_sources() -> list[Path]:
 
 
 GLUE_KEY = "hoplib_glued"  # notebook metadata: the glued values its prose shows
+SECONDS_KEY = "hoplib_build_seconds"  # notebook metadata: the build's execution time of the chapter
 BUILD = ROOT / "_build"
 
 
 def to_notebook(md_path: Path, values: dict[str, str] | None = None,
-                with_install_cell: bool = True) -> nbformat.NotebookNode:
+                with_install_cell: bool = True, seconds: float | None = None) -> nbformat.NotebookNode:
     """Convert one MyST chapter to a notebook with deterministic cell ids (and the Colab install cell).
 
     Its Markdown cells are rewritten into plain Markdown that Jupyter and Colab render (``colab_markdown``),
     with ``values`` (glue name -> text/plain) filled in; those it shows are kept in the notebook's metadata.
+    Its first cell says how to run it and how long the build took to (``seconds``, also kept in the metadata);
+    the install cell and the exercise checkers are collapsed to their titles.
     """
     nb = jupytext.read(md_path, fmt="md:myst")
     values = dict(values or {})
     convert_cells(nb.cells, f"chapters/{md_path.stem}", load_book(ROOT), values)
     nb.cells = [c for c in nb.cells if c.cell_type != "markdown" or c.source.strip()]
+    for cell in nb.cells:
+        if "exercise-checkers" in cell.metadata.get("tags", []):
+            collapse(cell, "Exercise checkers: run this cell (open it to read how your answers are checked)")
     if with_install_cell:
         cell = nbformat.v4.new_code_cell(INSTALL_CELL.format(**repository()))
         cell.metadata["tags"] = ["colab-install", "hide-output"]
+        collapse(cell, "Setup: run this cell first (on Colab it installs hoplib from the book's repository)")
         first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
         nb.cells.insert(first_code, cell)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(first_cell(seconds)))
     for i, cell in enumerate(nb.cells):
         cell.id = f"{md_path.stem[:40]}-{i:03d}"
         if cell.cell_type == "code":
@@ -126,6 +134,8 @@ def to_notebook(md_path: Path, values: dict[str, str] | None = None,
     nb.metadata.setdefault("language_info", {"name": "python"})
     source = md_path.read_text(encoding="utf-8")
     nb.metadata[GLUE_KEY] = {k: v for k, v in sorted(values.items()) if f"`{k}`" in source or f"`{k}:" in source}
+    if seconds is not None:
+        nb.metadata[SECONDS_KEY] = round(seconds, 1)
     nb.nbformat, nb.nbformat_minor = 4, 5
     return nb
 
@@ -136,7 +146,8 @@ def render(nb: nbformat.NotebookNode) -> str:
 
 def executed(md: Path) -> nbformat.NotebookNode | None:
     """A chapter's executed notebook from the last book build (myst-nb's jupyter-cache, which keeps the glued
-    values that its rendered notebooks drop), if the build ran this chapter's code as it is now."""
+    values that its rendered notebooks drop), if the build ran this chapter's code as it is now. Its metadata
+    ``hoplib_build_seconds`` is the execution time the cache recorded."""
     folder = BUILD / ".jupyter_cache"
     if not folder.is_dir():
         return None
@@ -144,9 +155,14 @@ def executed(md: Path) -> nbformat.NotebookNode | None:
 
     cache = get_cache(folder)
     try:
-        return cache.get_cache_bundle(cache.match_cache_notebook(jupytext.read(md, fmt="md:myst")).pk).nb
+        record = cache.match_cache_notebook(jupytext.read(md, fmt="md:myst"))
     except KeyError:
         return None
+    nb = cache.get_cache_bundle(record.pk).nb
+    seconds = (record.data or {}).get("execution_seconds")
+    if seconds is not None:
+        nb.metadata[SECONDS_KEY] = float(seconds)
+    return nb
 
 
 def glued_values(nb: nbformat.NotebookNode) -> dict[str, str]:
@@ -164,6 +180,11 @@ def glued_values(nb: nbformat.NotebookNode) -> dict[str, str]:
 def stored_values(target: Path) -> dict[str, str]:
     """The glued values a committed notebook shows (none when it does not exist yet)."""
     return dict(nbformat.read(target, as_version=4).metadata.get(GLUE_KEY, {})) if target.exists() else {}
+
+
+def stored_seconds(target: Path) -> float | None:
+    """The build's execution time a committed notebook states (``None`` when it states none)."""
+    return nbformat.read(target, as_version=4).metadata.get(SECONDS_KEY) if target.exists() else None
 
 
 def _chapter_code(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
@@ -198,7 +219,8 @@ def with_outputs(nb: nbformat.NotebookNode, run: nbformat.NotebookNode) -> nbfor
     outputs are copied."""
     nb = nbformat.from_dict(nb)
     theirs = iter([c for c in run.cells if c.cell_type == "code"])
-    pairs = [(cell, next((d for d in theirs if d.source == cell.source), None)) for cell in _chapter_code(nb)]
+    pairs = [(cell, next((d for d in theirs if d.source == untitled(cell.source)), None))
+             for cell in _chapter_code(nb)]
     if all(done is not None for _, done in pairs):
         for cell, done in pairs:
             cell.outputs = shown_in_place(done.outputs)
@@ -221,7 +243,10 @@ def sync(from_build: bool = False) -> list[Path]:
         run = executed(md) if from_build else None
         if from_build and run is None:
             raise RunError(f"the last build under {BUILD} did not run {md.name} as it is now: build the book")
-        nb = to_notebook(md, glued_values(run) if run is not None else stored_values(target))
+        if run is not None:
+            nb = to_notebook(md, glued_values(run), seconds=run.metadata.get(SECONDS_KEY))
+        else:
+            nb = to_notebook(md, stored_values(target), seconds=stored_seconds(target))
         text = render(nb)
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
@@ -245,7 +270,7 @@ def check() -> list[str]:
             problems.append(f"{target.relative_to(ROOT)} is missing")
             continue
         try:
-            expected = render(to_notebook(md, stored_values(target)))
+            expected = render(to_notebook(md, stored_values(target), seconds=stored_seconds(target)))
         except ValueError as err:  # a glued value the notebook does not have yet
             problems.append(f"{target.relative_to(ROOT)}: {err}")
             continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -70,18 +69,3 @@ def test_check_book_scans_every_page_and_main_exits_1_on_defects(tmp_path, capsy
 def test_main_without_a_build_says_so_in_one_line(tmp_path, capsys):
     assert html_check.main([str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
-
-
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs headless Chromium")
-def test_layout_check_finds_what_runs_off_the_page_and_not_what_scrolls(tmp_path):
-    import layout_check
-
-    cell = '<td style="white-space:nowrap">{}</td>'.format("x" * 120)
-    (tmp_path / "page.html").write_text(
-        '<html><body><div class="bd-article" style="width:300px">'
-        f'<table class="cut"><tr>{cell}</tr></table>'
-        f'<div style="overflow-x:auto"><table class="scrolls"><tr>{cell}</tr></table></div>'
-        "</div></body></html>")
-    found = layout_check.check(tmp_path / "page.html", 390)
-    assert len(found) == 1 and found[0].startswith("table.cut")
-    assert not list(tmp_path.glob(".layout-probe-*"))  # the probe copy is removed

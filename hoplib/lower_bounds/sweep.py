@@ -133,7 +133,7 @@ def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
     the book trains on the medium task (N = 64, k <= 8, 4,000 steps, width 64): the equal-tuning run of the
     rnn chapter (GRU, LSTM, Mamba-style, transformer, each at its own best rate, ``seeds`` where stored) and the
     efficient-attention chapter's matched run (Performer, Longformer: seed 0, the transformers' 2e-3). A
-    DataFrame with ``family, depth, seed, k*, censored, run``."""
+    DataFrame with ``family, depth, seed, k*, censored, run, lr`` (the model's learning rate)."""
     import pandas as pd
 
     from hoplib import report
@@ -147,13 +147,15 @@ def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
             continue
         seed = stored.record["parameters"]["seed"]
         by_model: dict[tuple[str, int], dict[int, float]] = {}
+        rates: dict[tuple[str, int], float | None] = {}
         for r in stored.data:
             if r["k"] >= 1:
                 by_model.setdefault((r["kind"], r["depth"]), {})[r["k"]] = r["error"]
+                rates[r["kind"], r["depth"]] = r.get("lr")
         for (kind, depth), errors in by_model.items():
             k, censored = report.crossing_k(errors)
             rows.append({"family": kind, "depth": depth, "seed": seed, "k*": k, "censored": censored,
-                         "run": run})
+                         "run": run, "lr": rates[kind, depth]})
     return pd.DataFrame(rows)
 
 
