@@ -24,7 +24,7 @@ from hoplib._book.results import OutputError, check_results_path, exclusive, sav
 from hoplib.mpc import layer_sim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import run_cli  # noqa: E402
+from cli import out_path, run_cli  # noqa: E402
 
 NS = "256,512,1024,2048,4096"
 DELTAS = "0.6,0.75"
@@ -49,7 +49,7 @@ def layer_regime_point(n: int, delta: float, seed: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["layer-regime"])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=out_path, required=True)
     parser.add_argument("--ns", default=NS, help="numbers of tokens N, comma-separated")
     parser.add_argument("--deltas", default=DELTAS, help="memory exponents δ′ < 1, comma-separated")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the tokens")
