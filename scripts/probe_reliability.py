@@ -763,6 +763,10 @@ def _probes_tracebacks(tmp: Path) -> dict[str, str]:
     (tmp / "bad2" / "L1" / "results.json").mkdir(parents=True)
     out["traceback: score_runs on a run whose results.json is a folder"] = _verdict(*_main_cli(
         "score_runs", [str(tmp / "bad2"), "--out", str(tmp / "bad2.json")]))
+    shutil.copytree(ROOT / "results" / "training" / "small" / "L2_m16_H1_ninf_s0", tmp / "bad3" / "L2")
+    (tmp / "bad3" / "L2" / "model.pt").write_bytes(b"not a model")
+    out["traceback: score_runs on a run whose model.pt is damaged"] = _verdict(*_main_cli(
+        "score_runs", [str(tmp / "bad3"), "--out", str(tmp / "bad3.json")]))
     (tmp / "store2" / "x.json").mkdir(parents=True)
     out["traceback: load_stored of a folder"] = _raises_clear(lambda: load_stored("x.json", root=tmp / "store2"))
     return out

@@ -55,9 +55,12 @@ def score_run(_: int, run: str, *, folder: str) -> list[dict[str, Any]]:
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{Path(folder) / run / 'results.json'} is not a complete run record ({exc!r})") from exc
     blob = (Path(folder) / run / "model.pt").read_bytes()  # hashed and loaded from the same bytes
-    state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    try:
+        model.load_state_dict(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True))
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds of errors for a damaged file
+        raise ValueError(f"{Path(folder) / run / 'model.pt'} is corrupt or does not match its results.json "
+                         f"({type(exc).__name__})") from exc
     sha = hashlib.sha256(blob).hexdigest()
-    model.load_state_dict(state)
     model.eval()
     rows = []
     for k in range(1, config.max_hops + 1):
