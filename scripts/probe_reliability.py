@@ -519,7 +519,7 @@ def _probes_locks(tmp: Path) -> dict[str, str]:
         dead = ctx.Process(target=_dies_holding, args=(lock,))
         dead.start()
         dead.join()
-        barrier, outcomes = ctx.Barrier(4), ctx.Queue()
+        barrier, outcomes = ctx.Barrier(4, timeout=120), ctx.Queue()
         racers = [ctx.Process(target=_race, args=(lock, barrier, outcomes)) for _ in range(4)]
         for p in racers:
             p.start()
