@@ -139,7 +139,10 @@ def crossing_k(errors: Mapping[int, float],
     """The k where the error first rises above ``threshold``, interpolated
     linearly between the k before (k = 0 counts as error 0) and that k; with
     ``True`` when it never does (then the largest k: a lower bound; a missing k
-    ends the known range)."""
+    ends the known range). A NaN or infinite error is a ValueError (it would
+    give a crossing of NaN)."""
+    if bad := [(k, e) for k, e in errors.items() if not math.isfinite(e)]:
+        raise ValueError(f"crossing_k: the error at k = {bad[0][0]} is {bad[0][1]}, not a finite number")
     prev_k, prev_e = 0, 0.0
     while (k := prev_k + 1) in errors:
         e = errors[k]

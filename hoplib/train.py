@@ -24,7 +24,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hoplib._book.device import autocast, get_device, seed_everything
-from hoplib._book.results import LockedError, atomic_write, atomic_write_text, check_writable, provenance, take_lock
+from hoplib._book.results import (
+    FileLock,
+    LockedError,
+    atomic_write,
+    atomic_write_text,
+    check_writable,
+    output_path,
+    provenance,
+    read_json,
+    take_lock,
+)
 from hoplib.evaluate import per_k_error, per_k_errors, samples_per_k
 from hoplib.models import GPT, GPTConfig, GPTEnsemble, check_ids, count_parameters
 from hoplib.tasks import HopTask
@@ -76,6 +86,8 @@ class TrainConfig:
             raise ValueError(f"seed must be in 0..{MAX_SEED} and steps in 1..{MAX_STEPS}, got {self}")
         if self.n_train is not None and self.n_train < self.batch_size:
             raise ValueError(f"n_train = {self.n_train} holds no whole batch of {self.batch_size}")
+        if self.eval_every is not None and self.eval_every < 1:  # 0 would switch evaluations off without a word
+            raise ValueError(f"eval_every must be at least 1 (or None: no evaluations), got {self.eval_every}")
         object.__setattr__(self, "lr", float(self.lr))
 
     def to_dict(self) -> dict[str, Any]:
@@ -243,6 +255,11 @@ def _resume(model: nn.Module, opt: Any, sched: Any, config: TrainConfig, dev: to
 
 
 # --------------------------------------------------------------------------- the one training loop
+def _check_every(checkpoint_every: int | None) -> None:
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be at least 1 (or None: at the end only), got {checkpoint_every}")
+
+
 def _flush(buf: list[torch.Tensor], history: dict[str, Any], config: TrainConfig) -> None:
     """Copy the losses kept on the device to the history (one sync); a non-finite one stops the run."""
     if not buf:
@@ -285,6 +302,7 @@ def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor],
                             **({"fused": True} if fused else {}))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, _Schedule(config.steps, config.warmup_steps))
+    _check_every(checkpoint_every)
     checkpoint = None if checkpoint is None else Path(checkpoint)
     identity = {**config.to_dict(), **(settings or {})}
     history, start = _resume(model, opt, sched, config, dev, checkpoint,
@@ -486,10 +504,10 @@ class RunConfig:
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    """A results.json record; ``ValueError`` naming the file when it is not one."""
+    """A results.json record; ``ValueError`` naming the file when it is not one (or not strict JSON: NaN)."""
     try:
-        rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        rec = read_json(path)
+    except (OSError, ValueError) as exc:
         raise ValueError(f"{path} cannot be read as JSON ({exc})") from exc
     if not isinstance(rec, dict) or not isinstance(rec.get("config"), dict):
         raise ValueError(f"{path} is not a run record (a JSON object with a 'config' object)")
@@ -574,7 +592,8 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.
     """Train, evaluate and record one run in ``out``: skip it if finished, resume it if interrupted; refuse
     another run's folder unless ``overwrite`` (:class:`RunConflictError`). A diverged run is recorded with
     ``diverged: true`` (no model.pt) before :class:`DivergedError` is raised. Returns the results record."""
-    dev, out, task, n = get_device(device), Path(out), config.task, config.train.eval_samples
+    dev, out, task, n = get_device(device), output_path(out, option="out"), config.task, config.train.eval_samples
+    _check_every(checkpoint_every)
     for seed in {config.eval_seed, *([0] if config.train.eval_every else [])}:  # else a NaN error, not JSON
         for k, _, y in samples_per_k(task, None, n, seed, dev):
             if not bool(((y >= task.vocab.first_letter) & (y < task.vocab.no_answer)).any()):
@@ -605,12 +624,12 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.
         write_run(out, model, record)
         return record
     finally:
-        lock.unlink(missing_ok=True)
+        lock.release()
 
 
-def _lock(out: Path) -> Path:
-    """Create ``out/.lock`` holding this process's PID, taking over the lock of a process that is gone;
-    :class:`RunConflictError` naming the PID while a live process holds it (:func:`take_lock`)."""
+def _lock(out: Path) -> FileLock:
+    """Take ``out/.lock`` (:func:`~hoplib._book.results.take_lock`: atomic, taken over only from a process that
+    is gone); :class:`RunConflictError` naming the process and its host while a live one holds it."""
     try:
         return take_lock(out / ".lock", out)
     except LockedError as exc:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hoplib._book.device import get_device
+from hoplib._book.results import output_path
 from hoplib.sweep import slurm_executor
 
 
@@ -40,12 +42,35 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
     return 0
 
 
-def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str) -> None:
-    """The options every stored-sweep command shares (checked by :func:`run_device`)."""
+def out_path(value: str) -> Path:
+    """The ``type`` of every ``--out``: a path, never empty (``--out ''`` would write into the working folder)."""
+    try:
+        return output_path(value, option="the path")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int(value: str) -> int:
+    """The ``type`` of counts that must be at least 1 (``--steps``, ``--checkpoint-every``): 0 is refused, not
+    read as "unset" or divided by."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str, slurm: bool = True) -> None:
+    """The options every stored-sweep command shares (checked by :func:`run_device`); ``slurm=False`` for a
+    command that runs no job arrays (it then has no ``--slurm``, rather than one it ignores)."""
     parser.add_argument("--workers", type=int, default=1, help="CPU worker processes, one thread each")
     parser.add_argument("--seed", type=int, default=0, help=seed_help)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
+    if not slurm:
+        return
     parser.add_argument("--slurm", metavar="FOLDER", default=None,
                         help="submit the points as a Slurm job array (submitit), logs in FOLDER")
     parser.add_argument("--partition", default=None, help="Slurm partition (with --slurm)")
@@ -62,7 +87,11 @@ def run_device(args: argparse.Namespace) -> str:
 
 
 def executor_from_args(args: argparse.Namespace) -> Any:
-    """The Slurm executor that ``--slurm``/``--partition`` ask for, or ``None`` for local workers."""
+    """The Slurm executor that ``--slurm``/``--partition`` ask for, or ``None`` for local workers; a one-line
+    ValueError when Slurm or submitit is missing (:func:`hoplib.sweep.slurm_executor`) or ``--partition`` comes
+    without ``--slurm``."""
+    if args.partition and not args.slurm:
+        raise ValueError("--partition is for Slurm job arrays: it needs --slurm FOLDER")
     if not args.slurm:
         return None
     return slurm_executor(args.slurm, **({"slurm_partition": args.partition} if args.partition else {}))

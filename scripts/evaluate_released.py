@@ -23,12 +23,12 @@ from hoplib import models, released
 from hoplib._book.results import OutputError, check_writable, save_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import run_cli  # noqa: E402
+from cli import out_path, run_cli  # noqa: E402
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("results/released"), help="folder for the JSON results")
+    p.add_argument("--out", type=out_path, default=Path("results/released"), help="folder for the JSON results")
     p.add_argument("--cache-dir", type=Path, default=None, help="checkpoint cache (default ~/.cache/hoplib/released)")
     p.add_argument("--from-git-dir", type=Path, default=None, help="copy checkpoints from this clone first")
     p.add_argument("--download", action="store_true", help="fetch missing checkpoints from GitHub first")

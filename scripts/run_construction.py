@@ -22,7 +22,7 @@ from hoplib.construction.pointer_programs import search_programs
 from hoplib.sweep import run_sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import add_run_options, executor_from_args, run_cli, run_device  # noqa: E402
+from cli import add_run_options, executor_from_args, out_path, run_cli, run_device  # noqa: E402
 
 NS = "64,128,256,512,1024,2048,4096,8192,16384"
 
@@ -30,7 +30,7 @@ NS = "64,128,256,512,1024,2048,4096,8192,16384"
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["precision", "search"])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=out_path, required=True)
     parser.add_argument("--ns", default=NS, help="precision: sequence lengths N, comma-separated")
     parser.add_argument("--k", type=int, default=2, help="precision: the model's hop count")
     parser.add_argument("--total-letters", type=int, default=4096, help="precision: letters per N")

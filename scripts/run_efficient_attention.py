@@ -27,7 +27,7 @@ from hoplib.models import gpt_for_task
 from hoplib.tasks import HopTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import run_cli, run_device  # noqa: E402
+from cli import positive_int, run_cli, run_device  # noqa: E402
 
 _ATTENTION = {"n_features": 16, "window": 4, "global_every": None}
 
@@ -102,7 +102,7 @@ def grid_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict]
 def main(argv: list[str] | None = None) -> Path:
     p = sweep_parser(__doc__, PROFILES, ("matched", "features", "alphabet", "longformer_grid", "performer_grid"))
     p.add_argument("--alphabets", type=int, nargs="+", help="alphabet part: only these alphabet sizes")
-    p.add_argument("--steps", type=int, help="alphabet and grid parts: a control run with this many steps")
+    p.add_argument("--steps", type=positive_int, help="alphabet and grid parts: a control run with this many steps")
     args = p.parse_args(argv)
     device = run_device(args)
     s = dict(PROFILES[args.profile][args.part])

@@ -23,7 +23,7 @@ from hoplib.lower_bounds import gnn, graphs
 from hoplib.sweep import run_sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import add_run_options, executor_from_args, run_cli, run_device  # noqa: E402
+from cli import add_run_options, executor_from_args, out_path, positive_int, run_cli, run_device  # noqa: E402
 
 _SHARED = {"families": ["path"], "heads": 4, "lr": 1e-3, "eval_size": 512, "threshold": 0.9}
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}}
@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--profile", default="cpu", choices=tuple(PROFILES))
     p.add_argument("--part", default="edge", choices=("edge", "pair", "mpc"),
                    help="edge: edge labels only; pair: edge and pair labels; mpc: components protocol")
-    p.add_argument("--out", required=True, help="results root")
+    p.add_argument("--out", type=out_path, required=True, help="results root")
     add_run_options(p, seed_help="seeds other than 0 add _seed<seed> to the file name")
     p.add_argument("--diameters", type=int, nargs="+", help="only these of the profile's diameters")
     p.add_argument("--depths", type=int, nargs="+", help="these depths (beyond the profile's: _depths<a>-<b>)")
-    p.add_argument("--steps", type=int, help="train this many steps (a control run: _steps<steps>)")
+    p.add_argument("--steps", type=positive_int, help="train this many steps (a control run: _steps<steps>)")
     args = p.parse_args(argv)
     device, part = run_device(args), args.part
     if part == "mpc":

@@ -12,7 +12,6 @@ three minutes and 8 GB at N = 4096 (N² inner-product machines). The file is rew
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -20,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hoplib._book.results import OutputError, check_results_path, exclusive, save_results
+from hoplib._book.results import OutputError, check_results_path, exclusive, git_commit, load_stored, save_results
 from hoplib.mpc import layer_sim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import run_cli  # noqa: E402
+from cli import out_path, run_cli  # noqa: E402
 
 NS = "256,512,1024,2048,4096"
 DELTAS = "0.6,0.75"
@@ -49,7 +48,7 @@ def layer_regime_point(n: int, delta: float, seed: int) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["layer-regime"])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=out_path, required=True)
     parser.add_argument("--ns", default=NS, help="numbers of tokens N, comma-separated")
     parser.add_argument("--deltas", default=DELTAS, help="memory exponents δ′ < 1, comma-separated")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the tokens")
@@ -72,9 +71,12 @@ def _layer_regime(args: argparse.Namespace, ns: list[int], deltas: list[float], 
     if args.out.exists() and not args.overwrite:
         if not args.resume:
             raise SystemExit(f"{args.out} exists; pass --overwrite to replace it or --resume")
-        stored = json.loads(args.out.read_text())
-        if stored["parameters"] != params:
-            raise ValueError(f"{args.out} was made with other parameters: {stored['parameters']}")
+        stored = load_stored(args.out.name, root=args.out.parent).record  # strict JSON, with provenance
+        if stored.get("parameters") != params:
+            raise ValueError(f"{args.out} was made with other parameters: {stored.get('parameters')}")
+        if (made := stored["provenance"].get("git_commit")) != (now := git_commit()):  # one commit per file
+            raise ValueError(f"{args.out} was made by commit {made}, not by this code ({now}); pass --overwrite "
+                             "to start afresh")
         data = stored["data"]
     done = {(r["N"], r["delta"]) for r in data}
     t0, kept = time.time(), len(data) if args.out.exists() else 0

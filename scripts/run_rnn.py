@@ -34,7 +34,7 @@ from hoplib.sweep import map_points, run_sweep
 from hoplib.tasks import HopTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import add_run_options, executor_from_args, run_cli, run_device  # noqa: E402
+from cli import add_run_options, executor_from_args, out_path, run_cli, run_device  # noqa: E402
 
 HEADS = 4
 
@@ -201,7 +201,7 @@ def sweep_parser(doc: str, profiles: dict[str, Any], parts: tuple[str, ...]) -> 
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--profile", default="cpu", choices=tuple(profiles))
     p.add_argument("--part", default=parts[0], choices=parts)
-    p.add_argument("--out", required=True, help="results root")
+    p.add_argument("--out", type=out_path, required=True, help="results root")
     add_run_options(p, seed_help="seeds other than 0 add _seed<seed> to the file name")
     return p
 

@@ -22,7 +22,7 @@ from hoplib.train import RUN_KEYS, DivergedError, RunConfig, finished_results, l
 from hoplib.training import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path (tests)
-from cli import add_run_options, run_cli, run_device  # noqa: E402
+from cli import add_run_options, out_path, positive_int, run_cli, run_device  # noqa: E402
 
 _TYPES = {"head": str, "dropout": float, "lr": float, "weight_decay": float}
 _ENSEMBLE = {None: False, "arch": True, "width": "width"}  # --ensemble -> run_sweep(ensemble=...)
@@ -38,13 +38,13 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="scripts/run_training.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--grid", choices=tuple(sweep.GRIDS), help="train a named grid (hoplib.training.sweep)")
-    p.add_argument("--out", required=True, help="output folder")
-    add_run_options(p, seed_help="run seed of a single run, 0..127 (a grid keeps its own seeds)")
+    p.add_argument("--out", type=out_path, required=True, help="output folder")
+    add_run_options(p, seed_help="run seed of a single run, 0..127 (a grid keeps its own seeds)", slurm=False)
     p.add_argument("--ensemble", nargs="?", const="arch", choices=tuple(_ENSEMBLE)[1:],
                    help="train a grid's runs together as one stacked model: those of one architecture "
                         "(bare --ensemble, or 'arch'), or every depth of one width ('width')")
     p.add_argument("--shard", default="0/1", help="i/n: train the i-th of n interleaved parts of a grid")
-    p.add_argument("--checkpoint-every", type=int, default=1000)
+    p.add_argument("--checkpoint-every", type=positive_int, default=1000)
     p.add_argument("--compile", nargs="?", const="default", choices=tuple(_COMPILE)[1:],
                    help="torch.compile the training step (meant for CUDA): bare --compile or 'default', or "
                         "a torch.compile mode ('reduce-overhead': CUDA graphs)")
@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     device = run_device(args)
     if args.ensemble and not args.grid:
         raise ValueError("--ensemble trains the runs of a grid together: it needs --grid")
+    if args.grid and (single := [k for k in RUN_KEYS if k != "seed" and k in vars(args)] + ["seed"] * bool(args.seed)):
+        names = ", ".join("--" + k.replace("_", "-") for k in single)
+        raise ValueError(f"{names}: settings of a single run; the grid {args.grid!r} has its own (see "
+                         "hoplib.training.sweep.GRIDS)")
     check_writable(args.out)  # a file, read-only, no room: one line before any training
     try:
         return _main(args, argv, device)

@@ -5,14 +5,16 @@
 For every complete run folder under the sweep folder, re-draws the run's own test sequences (its
 ``eval_samples`` per k, test seed ``eval_seed + k``, as :func:`hoplib.evaluate.per_k_error` does) and stores
 the paper-metric error of each sequence, so the mean over sequences is the run's stored ``per_k_error`` and a
-bootstrap over sequences gives its sampling spread. Resumable; refuses to replace ``--out`` without
-``--overwrite``.
+bootstrap over sequences gives its sampling spread. Each row names the sha256 of the ``model.pt`` it scored:
+a resumed scoring scores again the runs whose model changed since (a folder retrained meanwhile). Resumable;
+refuses to replace ``--out`` without ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import hashlib
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,10 +24,10 @@ import torch
 from hoplib.evaluate import predictions
 from hoplib.models import GPT, GPTConfig
 from hoplib.sweep import run_sweep
-from hoplib.train import RunConfig
+from hoplib.train import RunConfig, read_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import add_run_options, run_cli, run_device  # noqa: E402
+from cli import add_run_options, out_path, run_cli, run_device  # noqa: E402
 
 
 def sequence_errors(model: torch.nn.Module, config: RunConfig, k: int) -> list[float]:
@@ -39,38 +41,48 @@ def sequence_errors(model: torch.nn.Module, config: RunConfig, k: int) -> list[f
     return [round(float(e), 6) for e in wrong]
 
 
+def model_sha256(folder: str | Path, run: str) -> str:
+    """sha256 of the run's ``model.pt``: which weights a score came from."""
+    return hashlib.sha256((Path(folder) / run / "model.pt").read_bytes()).hexdigest()
+
+
 def score_run(_: int, run: str, *, folder: str) -> list[dict[str, Any]]:
-    """One row per k of the run in ``folder/run``: its depth, seed and per-sequence errors."""
-    rec = json.loads((Path(folder) / run / "results.json").read_text(encoding="utf-8"))
-    config = RunConfig.from_dict(rec["config"])
-    model = GPT(GPTConfig(**{k: v for k, v in rec["model"].items() if k != "parameters"}))
-    state = torch.load(Path(folder) / run / "model.pt", map_location="cpu", weights_only=True)
-    model.load_state_dict(state)
+    """One row per k of the run in ``folder/run``: its depth, seed, model file's sha256, per-sequence errors."""
+    rec = read_record(Path(folder) / run / "results.json")
+    try:
+        config = RunConfig.from_dict(rec["config"])
+        model = GPT(GPTConfig(**{k: v for k, v in rec["model"].items() if k != "parameters"}))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{Path(folder) / run / 'results.json'} is not a complete run record ({exc!r})") from exc
+    blob = (Path(folder) / run / "model.pt").read_bytes()  # hashed and loaded from the same bytes
+    try:
+        model.load_state_dict(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True))
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds of errors for a damaged file
+        raise ValueError(f"{Path(folder) / run / 'model.pt'} is corrupt or does not match its results.json "
+                         f"({type(exc).__name__})") from exc
+    sha = hashlib.sha256(blob).hexdigest()
     model.eval()
     rows = []
     for k in range(1, config.max_hops + 1):
         errors = sequence_errors(model, config, k)
         mean, stored = sum(errors) / len(errors), rec["per_k_error"][str(k)]
         if abs(mean - stored) > 1e-6:  # not the run's test set: the bootstrap would describe another number
-            raise RuntimeError(f"{run}, k = {k}: mean error {mean:.6f} but results.json has {stored:.6f}")
-        rows.append({"run": run, "depth": config.depth, "seed": config.train.seed, "k": k, "errors": errors})
+            raise ValueError(f"{run}, k = {k}: mean error {mean:.6f} but results.json has {stored:.6f}")
+        rows.append({"run": run, "depth": config.depth, "seed": config.train.seed, "k": k, "model_sha256": sha,
+                     "errors": errors})
     return rows
 
 
 def complete_runs(folder: Path) -> list[str]:
     """Names of the run folders whose results.json says complete."""
-    runs = []
-    for f in sorted(folder.glob("*/results.json")):
-        if json.loads(f.read_text(encoding="utf-8")).get("complete") is True:
-            runs.append(f.parent.name)
-    return runs
+    return [f.parent.name for f in sorted(folder.glob("*/results.json")) if read_record(f).get("complete") is True]
 
 
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("folder", help="a stored sweep folder, e.g. results/training/depth")
-    p.add_argument("--out", required=True, help="results file to write")
-    add_run_options(p, seed_help="unused (the runs' own test seeds are used)")
+    p.add_argument("--out", type=out_path, required=True, help="results file to write")
+    add_run_options(p, seed_help="unused (the runs' own test seeds are used)", slurm=False)
     args = p.parse_args(argv)
     folder = Path(args.folder)
     if not folder.is_dir():
@@ -81,7 +93,12 @@ def main(argv: list[str] | None = None) -> Path:
     device = run_device(args)
     params = {"folder": folder.as_posix(), "runs": runs}
     job = _Job(folder.as_posix())
-    run_sweep(job, runs, args.out, params, device=device, workers=args.workers, overwrite=args.overwrite)
+
+    def same_model(_: int, run: str, rows: list[dict[str, Any]]) -> bool:  # else the folder was retrained
+        return all(r.get("model_sha256") == model_sha256(folder, run) for r in rows)
+
+    run_sweep(job, runs, args.out, params, device=device, workers=args.workers, overwrite=args.overwrite,
+              still_valid=same_model)
     return Path(args.out)
 
 

@@ -15,7 +15,7 @@ import torch
 
 import hoplib
 from hoplib._book.device import get_device, seed_everything
-from hoplib._book.results import save_results
+from hoplib._book.results import plain_name, save_results
 from hoplib._book.validate import check_choice
 
 
@@ -36,6 +36,7 @@ class ChapterRun:
 
     def save(self, name: str, data: Any) -> Path | None:
         """Write ``out_dir/<chapter>/<profile>/<name>.json`` with provenance; nothing if ``out_dir`` is unset."""
+        plain_name(name, what="a results name")  # before out_dir: never a path out of it
         if self.out_dir is None:
             return None
         params = {"chapter": self.chapter, "profile": self.profile, "device": str(self.device), "seed": self.seed,
@@ -51,6 +52,7 @@ def start(chapter: str, profile: str, device: str, seed: int, out_dir: str | Non
     from hoplib.plots import use_book_style
 
     check_choice("profile", profile, tuple(profiles))
+    plain_name(chapter, what="chapter")  # joined into out_dir below
     dev = get_device(device)
     seed_everything(seed)
     use_book_style()

@@ -12,10 +12,11 @@ import contextlib
 import datetime as _dt
 import html
 import json
+import math
 import os
 import platform
+import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,11 @@ from typing import IO, Any
 import torch
 
 import hoplib
+
+try:  # an advisory lock that the kernel drops when its process dies; not on Windows
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
 
 RESULTS_ENV = "HOPLIB_RESULTS"
 
@@ -39,11 +45,30 @@ class OutputError(OSError):
     :func:`check_writable`)."""
 
 
+def output_path(value: str | os.PathLike, *, option: str = "--out") -> Path:
+    """``value`` as a path, refused (one-line :class:`ValueError`) when it is empty or blank (``Path("")`` is the
+    working folder: the files would land in the repository root) or holds a NUL byte."""
+    text = os.fspath(value)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not text.strip() or "\0" in text:
+        raise ValueError(f"{option} must name a file or folder, got {text!r}")
+    return Path(text)
+
+
+def plain_name(value: str, *, what: str = "name") -> str:
+    """``value`` if it is one plain file or folder name (no ``/``, ``\\``, ``..``, NUL, not empty): a value
+    that is joined into a path must not lead out of its folder; else a one-line :class:`ValueError`."""
+    if not isinstance(value, str) or value.strip() in ("", ".", "..") or any(c in value for c in "/\\\0"):
+        raise ValueError(f"{what} must be a plain name (no path), got {value!r}")
+    return value
+
+
 def check_writable(folder: str | os.PathLike, *, what: str = "output folder") -> Path:
     """Before any work: make ``folder`` (and its parents), then create, write (4 KiB), fsync and remove a
-    temporary file in it. One-line :class:`ValueError` naming the folder and the reason when it is a file, under
-    a file, read-only, or on a full disk; folders it made are removed again."""
-    folder = Path(folder)
+    temporary file in it. One-line :class:`ValueError` naming the folder and the reason when it is empty, a file,
+    under a file, read-only, or on a full disk; folders it made are removed again."""
+    folder = output_path(folder, option=f"the {what}")
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"cannot write to the {what} {folder}: it is a file, not a folder")
     if file := next((p for p in folder.parents if p.exists() and not p.is_dir()), None):
@@ -72,66 +97,181 @@ def check_writable(folder: str | os.PathLike, *, what: str = "output folder") ->
 
 
 class LockedError(ValueError):
-    """An output that another live process is writing."""
+    """An output that another live process is writing, or whose lock names a process on another machine."""
 
 
-def take_lock(lock: str | os.PathLike, what: str | os.PathLike) -> Path:
-    """Create the file ``lock`` holding this process's PID (``what`` is the output it guards, for messages),
-    taking over the lock of a process that is gone; :class:`LockedError` naming the PID while a live process
-    holds it. The caller removes ``lock`` when done."""
+def _boot_id() -> str | None:
+    """This kernel's boot id: equal for every process (and container) that shares the kernel, and so the locks."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def _boot_time() -> float | None:
+    try:
+        return float(next(line.split()[1] for line in Path("/proc/stat").read_text().splitlines()
+                          if line.startswith("btime ")))
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+def _start_time(pid: int) -> float | None:
+    """The start time of process ``pid`` (seconds since the epoch, Linux), which a reused PID does not share."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+    boot = _boot_time()
+    return None if boot is None else round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
+
+
+def _owner() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "boot_id": _boot_id(), "pid": os.getpid(),
+            "started": _start_time(os.getpid())}
+
+
+def _read_owner(fd: int) -> dict[str, Any] | None:
+    """The owner recorded in an open lock file: a dict, ``{"pid": n}`` for a bare PID (older locks), or None."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 4096).decode("utf-8", "replace").strip()
+        rec = json.loads(text) if text.startswith("{") else {"pid": int(text)} if text else None
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _where(rec: dict[str, Any]) -> str:
+    """Where the lock's owner ran: ``"here"`` (this kernel: the same boot id, which containers on one machine
+    share; without boot ids, the same host name), ``"gone"`` (this host before its last boot) or ``"other"``."""
+    if "host" not in rec and "boot_id" not in rec:
+        return "here"  # a bare PID: written on this machine by an older hoplib
+    mine, same_host = _boot_id(), rec.get("host") == socket.gethostname()
+    if not (rec.get("boot_id") and mine):
+        return "here" if same_host else "other"
+    if rec["boot_id"] == mine:
+        return "here"
+    boot, started = _boot_time(), rec.get("started")
+    before_boot = isinstance(started, (int, float)) and boot is not None and started < boot
+    return "gone" if same_host and before_boot else "other"
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _describe(rec: dict[str, Any] | None) -> str:
+    if not rec or "pid" not in rec:
+        return "another process"
+    return f"the live process {rec['pid']}" + (f" on {rec['host']}" if rec.get("host") else "")
+
+
+class FileLock:
+    """A held lock file (see :func:`take_lock`); :meth:`release` (or leaving a ``with`` block) removes it."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self._fd = path, fd
+
+    def release(self) -> None:
+        """Remove the lock file (if it is still this lock's) and close it, which frees the kernel lock."""
+        if self._fd is None:
+            return
+        try:
+            if _same_file(self._fd, self.path):
+                self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def take_lock(lock: str | os.PathLike, what: str | os.PathLike) -> FileLock:
+    """Take the lock file ``lock`` for the output ``what`` (named in messages): an exclusive ``flock`` on the open
+    file, held as long as this process keeps it (the kernel frees it when the process dies, however it dies), and
+    a record of the owner (host, boot id, PID, start time) in it. :class:`LockedError` in one line while a live
+    process holds it, or when the file names a process of another machine (which this one cannot see: it is
+    never taken over; delete the file once that run is over). A lock whose process is gone is taken over
+    atomically: of several processes racing for it, exactly one gets it."""
     lock = Path(lock)
-    for attempt in range(20):
+    for _ in range(100):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text(encoding="utf-8").strip() or 0)
-            except (OSError, ValueError):  # gone meanwhile, or not a PID
-                pid = 0
-            if not pid and attempt < 10:  # its process is writing its PID: look again
-                time.sleep(0.05)
-                continue
-            if pid and pid != os.getpid() and _alive(pid):
-                raise LockedError(f"{what} is being written by the live process {pid} (its lock {lock}); "
-                                  "wait for it to finish or choose another output") from None
-            lock.unlink(missing_ok=True)  # stale: its process is gone
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            rec = _read_owner(fd)
+            os.close(fd)
+            raise LockedError(f"{what} is being written by {_describe(rec)} (its lock {lock}); wait for it to "
+                              "finish or choose another output") from None
+        except OSError as exc:
+            os.close(fd)
+            raise LockedError(f"cannot lock {lock} ({exc.strerror or exc}): this file system has no file "
+                              "locks; choose an output on a local disk") from exc
+        if not _same_file(fd, lock):  # its owner removed it between our open and our lock: look again
+            os.close(fd)
             continue
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(str(os.getpid()))
-        except OSError:  # a full disk: leave no empty lock behind
-            lock.unlink(missing_ok=True)
+        rec = _read_owner(fd)
+        refusal = None
+        if rec and _where(rec) == "other":
+            refusal = (f"{what} is locked by process {rec.get('pid')} on host {rec.get('host')} (its lock {lock}), "
+                       f"which this machine cannot check; if that run is over, delete {lock} and rerun")
+        elif rec and isinstance(pid := rec.get("pid"), int) and pid != os.getpid() and \
+                (fcntl is None or set(rec) == {"pid"}) and _alive(pid, rec.get("started")):
+            # no flock to tell (a lock of an older hoplib, or no fcntl): ask the PID
+            refusal = (f"{what} is being written by {_describe(rec)} (its lock {lock}); wait for it to finish "
+                       "or choose another output")
+        if refusal:
+            os.close(fd)
+            raise LockedError(refusal)
+        try:  # stale or new: ours now
+            data = (json.dumps(_owner()) + "\n").encode()
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            if os.write(fd, data) != len(data):
+                raise OSError(28, "No space left on device")
+        except OSError:  # a full disk: leave no lock behind
+            FileLock(lock, fd).release()
             raise
-        return lock
+        return FileLock(lock, fd)
     raise LockedError(f"cannot take the lock {lock}: other processes keep taking it")
 
 
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike) -> Iterator[Path]:
-    """Hold the lock ``.<name>.lock`` beside ``path`` while the block writes it: a second process that would
-    write the same file meanwhile gets :class:`LockedError` (one line, naming the first) before any work."""
+    """Hold the lock ``.<name>.lock`` beside ``path`` (a results file, or a folder) while the block writes it:
+    a second process that would write the same output meanwhile gets :class:`LockedError` (one line, naming the
+    first process and its host) before any work; see :func:`take_lock`. This is the one lock of the book's
+    outputs (sweeps, training runs, notebook runs)."""
     path = Path(path)
-    lock = take_lock(path.with_name(f".{path.name}.lock"), path)
-    try:
+    with take_lock(path.with_name(f".{path.name}.lock"), path):
         yield path
-    finally:
-        lock.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: float | None = None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, under another user
-        return True
-    return True
+        pass
+    now = _start_time(pid)  # a PID reused by a newer process is not the owner
+    return started is None or now is None or abs(now - float(started)) < 1
 
 
 def check_results_path(path: str | os.PathLike, *, overwrite: bool = False, option: str = "--out") -> Path:
     """Before any work: ``path`` is a results file to be written, so it must not be a folder, must not exist
     unless ``overwrite``, and its folder must be writable (:func:`check_writable`); else one-line ValueError."""
-    path = Path(path)
+    path = output_path(path, option=option)
     if path.is_dir():
         raise ValueError(f"{option} {path} is a folder; give the path of a results file")
     if path.exists() and not overwrite:
@@ -274,21 +414,86 @@ class Stored:
             raise ValueError(f"results/{self.name}: 'complete' must be true or false, got {self.record['complete']!r}")
 
 
-def load_stored(name: str, *, required: bool = True, root: str | os.PathLike | None = None) -> Stored | None:
+INT_FIELDS = frozenset({"depth", "k", "seed", "d_model", "heads", "steps"})
+"""Fields that readers of stored results take as integers (a hand-edited ``"depth": "1"`` is refused)."""
+ERROR_FIELDS = frozenset({"error"})
+ERROR_MAPS = frozenset({"per_k_error", "per_k_error_pooled"})
+"""Fields that hold an error rate (a number in [0, 1]), or a map ``{k: error rate}``."""
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (save_results never writes it)")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The strict JSON in ``path``: ``NaN`` and ``Infinity`` (which Python's json reads by default) are refused."""
+    return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+
+
+def _check_error(value: Any, where: str, field: str) -> None:
+    if isinstance(value, str) and field.rpartition(".")[2] in ERROR_FIELDS:
+        try:
+            float(value)
+        except ValueError:
+            return  # a message (a diverged run's "error"), not a rate
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (ok and 0 <= value <= 1):
+        raise ValueError(f"{where}: {field} must be an error rate, a number in [0, 1], got {value!r}")
+
+
+def check_fields(obj: Any, where: str) -> None:
+    """Check the fields that readers use, anywhere in ``obj`` (a results record): :data:`INT_FIELDS` are
+    integers (not booleans, not strings), :data:`ERROR_FIELDS` and the values of :data:`ERROR_MAPS` are finite
+    numbers in [0, 1] (their keys integers); else one-line :class:`ValueError` naming ``where`` and the field."""
+    stack = [(obj, "")]
+    while stack:
+        node, at = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            here = f"{at}[{key}]" if isinstance(key, int) else f"{at}.{key}" if at else str(key)
+            if key in INT_FIELDS and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"{where}: {here} must be an integer, got {value!r}")
+            if key in ERROR_FIELDS:
+                _check_error(value, where, here)
+            if key in ERROR_MAPS:
+                if not isinstance(value, dict):
+                    raise ValueError(f"{where}: {here} must be a map from k to an error rate, got {value!r}")
+                for k, e in value.items():
+                    if not str(k).lstrip("-").isdigit():
+                        raise ValueError(f"{where}: {here} has the key {k!r}, not an integer k")
+                    _check_error(e, where, f"{here}[{k}]")
+            stack.append((value, here))
+
+
+def load_stored(name: str, *, required: bool = True, root: str | os.PathLike | None = None,
+                partial: bool = False) -> Stored | None:
     """Read ``results/<name>``, a JSON record with a ``provenance`` entry. ``required=False`` returns None when
-    the file is missing; a file that is not such a record always raises ``ValueError`` naming it."""
+    the file is missing; a file that is not such a record always raises ``ValueError`` naming it: not strict
+    JSON (NaN, Infinity), a field of the wrong type (:func:`check_fields`), or an unfinished sweep
+    (``parameters.complete`` false) unless ``partial`` (or the name ends in ``.partial.json``)."""
     if not name or Path(name).is_absolute() or ".." in Path(name).parts:
         raise ValueError(f"name must be a relative path inside results/, got {name!r}")
     base = Path(root) if root is not None else results_dir()
     path = base / name
+    if path.is_dir():
+        raise ValueError(f"results/{name} is a folder, not a results file")
     if not path.is_file():
         if required:
             raise ResultsNotFoundError(f"stored result results/{name} is missing (looked in {base})")
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"results/{name} is not readable JSON: {exc}") from exc
+    except ValueError as exc:  # NaN, Infinity
+        raise ValueError(f"results/{name} is not strict JSON: {exc}") from exc
     if not isinstance(record, dict) or not isinstance(record.get("provenance"), dict):
         raise ValueError(f"results/{name} is not a hoplib results file (no 'provenance' entry)")
+    check_fields(record, f"results/{name}")
+    params = record.get("parameters")
+    if isinstance(params, dict) and params.get("complete") is not None and params["complete"] is not True and \
+            not (partial or name.endswith(".partial.json")):
+        raise ValueError(f"results/{name} is an unfinished sweep (parameters.complete is "
+                         f"{json.dumps(params['complete'])}): rerun its command to finish it, or read it with "
+                         "partial=True")
     return Stored(name, path, record)

@@ -26,12 +26,20 @@ def lemma_a2_inverse_temperature(seq_len: int, dtype: torch.dtype = torch.float3
 
 
 SCORE_SPAN_TOL = 1 / 8  # eps * score span above this is not exact: first wrong positions measured from 0.6
+OVERFLOW_MARGIN = 2.0**10  # c * score span stays this far below the dtype's largest value (scores stay finite)
 
 
 def score_span(spec: Spec) -> float:
     """The largest attention score in units of the smallest margin the heads need (1 after normalisation):
     1/δ for lookUp (3/δ with the multi-task broadcast), Λ + M for lastOccurrence, where Λ ~ M |Σ|² / 2π²."""
     return max((3 if spec.multi else 1) / spec.delta, spec.lam + spec.circle)
+
+
+def max_inverse_temperature(spec: Spec, dtype: torch.dtype) -> float:
+    """The largest inverse temperature c whose scores stay finite in ``dtype``: c * :func:`score_span` times
+    :data:`OVERFLOW_MARGIN` at most the largest float. Above it a score overflows to inf and softmax gives NaN
+    (``hop_transformer(2, 64, 8)`` in float32 at c = 1e37 answers most positions wrong)."""
+    return torch.finfo(dtype).max / (score_span(spec) * OVERFLOW_MARGIN)
 
 
 def exact_dtype(spec: Spec, dtype: torch.dtype | None, seq_len: int) -> torch.dtype:
@@ -72,6 +80,7 @@ class HopTransformer(nn.Module):
             self.register_buffer(name, t.to(dtype))
         self.circle, self.alphabet_size, self.dtype, self.seq_len = spec.circle, spec.alphabet_size, dtype, seq_len
         self.multi, self.k, self.max_hops = spec.multi, None if spec.multi else spec.max_k, spec.max_k
+        self.max_inverse_temperature, self._span = max_inverse_temperature(spec, dtype), score_span(spec)
         self.inverse_temperature = inverse_temperature
 
     @property
@@ -83,6 +92,9 @@ class HopTransformer(nn.Module):
         # NaN, zero, a negative or infinite c makes softmax undefined or uniform: silent nonsense
         if not 0 < c < math.inf:
             raise ValueError(f"inverse_temperature must be a real number in (0, inf), got {c!r}")
+        if c > self.max_inverse_temperature:  # the scores would overflow to inf: softmax gives NaN
+            raise ValueError(f"inverse_temperature {c:g} overflows {self.dtype}: the scores span {self._span:.3g} "
+                             f"margins, so c must be at most {self.max_inverse_temperature:.3g}")
         self._inverse_temperature = float(c)
 
     @property
@@ -94,6 +106,9 @@ class HopTransformer(nn.Module):
         def check(t: torch.Tensor, lo: int, hi: int, what: str) -> None:
             if t.numel() and not (lo <= int(t.min()) and int(t.max()) <= hi):
                 raise ValueError(f"{what} in [{lo}, {hi}]")
+
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:  # 0.7 would be read as letter 0
+            raise ValueError(f"x must hold integer letter ids, got dtype {x.dtype}")
 
         if self.multi:
             check(x[:, 0], 0, self.max_hops, "x[:, 0] must be k-tokens")

@@ -22,7 +22,7 @@ import torch
 
 from hoplib import report
 from hoplib._book.device import get_device
-from hoplib._book.results import atomic_write_text, load_stored
+from hoplib._book.results import atomic_write_text, check_fields, load_stored, output_path
 from hoplib.report import ErrorRecord
 from hoplib.train import (
     DivergedError,
@@ -99,7 +99,7 @@ def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device =
     i, n = shard
     if not 0 <= i < n:
         raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
-    out, configs = Path(out), g.configs()
+    out, configs = output_path(out, option="out"), g.configs()
     if ensemble:  # units of work are architecture groups, in a fixed order shared by every shard
         archs = list(dict.fromkeys(_arch(c, ensemble) for c in configs))[i::n]
         mine = [c for c in configs if _arch(c, ensemble) in archs]
@@ -181,10 +181,13 @@ def run_status(out: str | Path, configs: list[RunConfig] | None = None) -> dict[
 
 def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dict[str, Any]]:
     """Tidy table of every complete run under ``out`` (or of ``configs`` only): one row per (run, k, metric);
-    a results.json that is not a run record raises ``ValueError`` naming the file."""
+    a results.json that is not a run record, or whose fields have the wrong types (a ``depth`` that is not an
+    integer, an error that is not a number in [0, 1]: :func:`~hoplib._book.results.check_fields`), raises
+    ``ValueError`` naming the file."""
     table = []
     for path in _paths(Path(out), configs):
         if path.exists() and (rec := read_record(path)).get("complete"):
+            check_fields(rec, str(path))
             try:
                 table += report.run_rows(path.parent.name, rec)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
