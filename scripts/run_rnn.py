@@ -13,7 +13,8 @@
     python scripts/run_rnn.py --part equal --seed S --out results         # every family's rate at depth 2,
                                                                           # then depths 2-4 with it, per seed
     python scripts/run_rnn.py --part capacity_lr --out results            # k = 1, |Sigma| = 32, N = 128: each
-    python scripts/run_rnn.py --part capacity --seed S --steps B --out results  # family's rate, then every
+    python scripts/run_rnn.py --part capacity_lr_edge --out results       # family's rate (beyond the grid's
+    python scripts/run_rnn.py --part capacity --seed S --steps B --out results  # ends too), then every
                                                                           # state size with it, per seed and
                                                                           # step budget
 
@@ -75,14 +76,16 @@ CAPACITY = {"alphabet_size": 32, "seq_len": 128, "depth": 2, "heads": HEADS,
                                  for h in (1, 2, 4, 8, 16)],
                        "transformer": [{"d_model": 64, "state_width": 0}]},
             "reference": {"gru": 64, "lstm": 32, "mamba": 8, "transformer": 0},
-            "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "steps": 2000, "batch_size": 32, "warmup_steps": 100,
-            "n_samples": 200}
+            "lrs": [1e-3, 3e-3, 1e-2, 3e-2], "beyond": (3e-4, 1e-1), "steps": 2000, "batch_size": 32,
+            "warmup_steps": 100, "n_samples": 200}
 """The capacity sweep: k = 1 with |Sigma| = 32 letters at N = 128, where a recurrent layer must carry a table of
 |Sigma| log2 |Sigma| = 160 bits. Every model has depth 2 and residual width 64; only the recurrent state varies,
 on both sides of the table: ``state_width`` floats (GRU; twice that, LSTM), or a Mamba-style layer of inner width
 and state dimension h with a width-2 convolution; the transformer carries none. Each family's learning rate is the
-best of ``lrs`` on seed 0 at its ``reference`` size (part capacity_lr); then every model with it, per seed, at a
-step budget of ``steps`` (``--steps B``: another budget, its own file)."""
+best of ``lrs`` on seed 0 at its ``reference`` size (part capacity_lr; a family whose best is at an end of the grid
+is also trained at the rate ``beyond`` that end, part capacity_lr_edge, so that no pick sits at the grid's edge
+untested); then every model with it, per seed, at a step budget of ``steps`` (``--steps B``: another budget, its
+own file)."""
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}}
     "cpu": {"training": {"seq_len": 32, "max_hops": 4, "kinds": ["gru", "lstm", "mamba", "transformer"],
@@ -98,7 +101,8 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}
             "equal": EQUAL,
             "equal_lr": EQUAL,
             "capacity": CAPACITY,
-            "capacity_lr": CAPACITY},
+            "capacity_lr": CAPACITY,
+            "capacity_lr_edge": CAPACITY},
     "paper": {"training": {"seq_len": 100, "max_hops": 16, "kinds": ["gru", "lstm", "mamba", "transformer"],
                            "depths": [1, 2, 3, 4, 5, 6], "widths": [64, 128], "steps": 20_000,
                            "lrs": [3e-4, 1e-3], "warmup_steps": 1000, "n_samples": 100},
@@ -167,8 +171,26 @@ def capacity_point(s: dict[str, Any], kind: str, model: dict[str, Any], lr: floa
 def capacity_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """Every family at its reference width with every learning rate of the grid."""
     points = [capacity_point(s, kind, m, lr) for kind, models in s["models"].items() for m in models
-              if m.get("state_width", m.get("d_inner")) == s["reference"][kind] for lr in s["lrs"]]
+              if size(m) == s["reference"][kind] for lr in s["lrs"]]
     return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+
+
+def edge_points(s: dict[str, Any], picked: dict[str, float]) -> list[dict[str, Any]]:
+    """A point at the rate beyond the grid's end for every family whose picked rate is at that end."""
+    beyond = {min(s["lrs"]): s["beyond"][0], max(s["lrs"]): s["beyond"][1]}
+    return [capacity_point(s, kind, m, beyond[picked[kind]]) for kind, models in s["models"].items()
+            for m in models if picked[kind] in beyond and size(m) == s["reference"][kind]]
+
+
+def size(model: dict[str, Any]) -> int:
+    """The state size a capacity model is named by: its state width, or its Mamba-style inner width."""
+    return model.get("state_width", model.get("d_inner"))
+
+
+def capacity_edge_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
+    """The rates beyond the grid's ends, for the families picked there (``s["lr_by_kind"]``)."""
+    return edge_points(s, s["lr_by_kind"]), functools.partial(sweep.alphabet_point, settings=s, seed=seed,
+                                                              device=device)
 
 
 def capacity_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
@@ -213,7 +235,7 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
     device = params["device"]
     make = {"alphabet": alphabet_sweep, "state": state_sweep, "state_long": state_sweep, "state_lr": state_lr_sweep,
             "equal_lr": equal_lr_sweep, "equal": equal_sweep, "capacity_lr": capacity_lr_sweep,
-            "capacity": capacity_sweep}.get(args.part, depth)
+            "capacity": capacity_sweep, "capacity_lr_edge": capacity_edge_sweep}.get(args.part, depth)
     points, job = make(s, seed=args.seed, device=device)
     run_sweep(job, points, path, params | s, device=device, workers=args.workers, overwrite=args.overwrite,
               executor=executor_from_args(args))
@@ -222,7 +244,7 @@ def run_part(args: argparse.Namespace, s: dict[str, Any], path: Path, params: di
 
 def main(argv: list[str] | None = None) -> Path:
     parts = ("training", "matched", "alphabet", "state", "state_lr", "state_long", "equal", "equal_lr",
-             "capacity_lr", "capacity")
+             "capacity_lr", "capacity_lr_edge", "capacity")
     parser = sweep_parser(__doc__, PROFILES, parts)
     parser.add_argument("--steps", type=int, default=None,
                         help="part capacity: the step budget (other than the settings' adds _steps<B> to the file)")
@@ -242,13 +264,17 @@ def main(argv: list[str] | None = None) -> Path:
     picked_by = {"state": ("state_lr", chosen_lrs),  # the lowest error at the reference point
                  "state_long": ("state_lr", chosen_lrs),
                  "capacity": ("capacity_lr", chosen_lrs),
+                 "capacity_lr_edge": ("capacity_lr", chosen_lrs),
                  "equal": ("equal_lr", lambda rows: {r["kind"]: r["lr"] for r in sweep.best_lr(rows)})}
     if args.part in picked_by:  # each family's rate, read from the stored seed-0 run that picked it
         from hoplib._book.results import load_stored
 
         name, pick = picked_by[args.part]
-        s["lr_by_kind"] = pick(load_stored(f"rnn/{args.profile}/{name}.json", root=args.out).data)
-    if args.part not in ("alphabet", "state", "state_lr", "state_long", "capacity_lr", "capacity"):  # 4 letters
+        rows = load_stored(f"rnn/{args.profile}/{name}.json", root=args.out).data
+        if args.part == "capacity":  # with the rates beyond the grid's ends, which must have been tried
+            rows = rows + load_stored(f"rnn/{args.profile}/capacity_lr_edge.json", root=args.out).data
+        s["lr_by_kind"] = pick(rows)
+    if not args.part.startswith(("alphabet", "state", "capacity")):  # the depth parts: four letters
         params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
     return run_part(args, s, path, params, depth_sweep)
 

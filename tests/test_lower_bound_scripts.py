@@ -151,3 +151,31 @@ def test_stored_grids_were_made_with_the_scripts_cpu_settings(part):
         params = json.loads((folder / f"{part}.partial.json").read_text())["data"]["params"]
     settings = _script("run_efficient_attention").PROFILES["cpu"][part]
     assert {key: params[key] for key in settings} == json.loads(json.dumps(settings))
+
+
+def test_capacity_sweep_tries_beyond_an_edge_pick_and_gives_each_family_its_rate_at_every_size(tmp_path,
+                                                                                                 monkeypatch):
+    run_rnn = _script("run_rnn")
+    tiny = {**run_rnn.CAPACITY, "alphabet_size": 8, "seq_len": 24, "steps": 3, "warmup_steps": 1, "n_samples": 4,
+            "lrs": [1e-3, 1e-2], "beyond": (1e-4, 1e-1),
+            "models": {"gru": [{"d_model": 8, "state_width": h} for h in (1, 4)],
+                       "mamba": [{"d_model": 8, "d_inner": 2, "d_state": 2, "d_conv": 2, "n_heads": 2}],
+                       "transformer": [{"d_model": 8, "state_width": 0}]},
+            "reference": {"gru": 4, "mamba": 2, "transformer": 0}}
+    for part in ("capacity", "capacity_lr", "capacity_lr_edge"):
+        monkeypatch.setitem(run_rnn.PROFILES["cpu"], part, tiny)
+    for part in ("capacity_lr", "capacity_lr_edge", "capacity"):
+        run_rnn.main(["--part", part, "--out", str(tmp_path)])
+    run_rnn.main(["--part", "capacity", "--seed", "1", "--steps", "6", "--out", str(tmp_path)])
+    folder = tmp_path / "rnn" / "cpu"
+    grid = json.loads((folder / "capacity_lr.json").read_text())["data"]
+    edge = json.loads((folder / "capacity_lr_edge.json").read_text())["data"]
+    assert {(r["kind"], r["lr"]) for r in grid} == {(k, lr) for k in tiny["models"] for lr in tiny["lrs"]}
+    assert {r["lr"] for r in edge} <= set(tiny["beyond"]) and {r["kind"] for r in edge} == set(tiny["models"])
+    picked = run_rnn.chosen_lrs(grid + edge)
+    for name, steps in (("capacity", 3), ("capacity_seed1_steps6", 6)):
+        stored = json.loads((folder / f"{name}.json").read_text())
+        assert stored["parameters"]["steps"] == steps
+        assert [(r["kind"], r["lr"]) for r in stored["data"]] == [(k, picked[k]) for k, ms in
+                                                                  tiny["models"].items() for _ in ms]
+        assert [r["state_bits"] for r in stored["data"]] == [32, 128, 32 * (2 + 2 * 2) + 32 * 2 * 2, 0]  # conv, S

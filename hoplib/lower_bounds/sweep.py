@@ -194,7 +194,7 @@ def capacity_runs(root: str | None = None):  # root: a results/ folder (default 
 
     for path in sorted((Path(root or results_dir()) / "rnn" / "cpu").glob("capacity*.json")):
         name = path.stem
-        if name.endswith(".partial") or name == "capacity_lr":
+        if name.endswith(".partial") or name.startswith("capacity_lr"):
             continue
         stored = load_stored(f"rnn/cpu/{path.name}", root=path.parents[2])
         p = stored.record["parameters"]
