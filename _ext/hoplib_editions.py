@@ -1,4 +1,4 @@
-"""The book's two editions (issue 29). The student edition (the default) leaves every exercise solution and lab
+"""The book's two editions. The student edition (the default) leaves every exercise solution and lab
 answer key out of the pages; the instructor edition shows them open, not in a dropdown.
 
 The edition is the Sphinx config value ``hoplib_edition``, set by the environment variable ``HOPLIB_EDITION``

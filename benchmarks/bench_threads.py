@@ -1,4 +1,4 @@
-"""One thread or several per process when other processes compete for the cores (issue 31): the time of a
+"""One thread or several per process when other processes compete for the cores: the time of a
 training batch of the paper's task (``HopTask().sample(32)``), of 1024 samples (an evaluation's size) and of a
 small training step (``hoplib.train.fit`` of a 2-layer GPT, m = 64, on N = 32), at each thread count, in rounds
 that alternate the counts so that a changing load hits both alike. Prints the median time per call and the

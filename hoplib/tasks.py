@@ -142,7 +142,7 @@ def hop_reference(x: list[int] | np.ndarray, k: int) -> list[int]:
 # --------------------------------------------------------------------------- experiment data
 @dataclass(frozen=True)
 class Vocab:
-    """Token ids of the paper's experiments (paper-spec section 7): k-tokens, letters, ⊥, blank."""
+    """Token ids of the paper's experiments (Section 4.2, Appendix G): k-tokens, letters, ⊥, blank."""
 
     max_hops: int
     alphabet_size: int

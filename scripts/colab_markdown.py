@@ -1,4 +1,4 @@
-"""MyST Markdown -> the plain Markdown that Jupyter and Colab render, for the generated notebooks (issue 16).
+"""MyST Markdown -> the plain Markdown that Jupyter and Colab render, for the generated notebooks.
 
 The book's chapters use Jupyter Book syntax that a notebook viewer shows raw: ``{prf:theorem}`` boxes,
 admonitions, ``{cite:p}`` citations, ``{ref}``/``{numref}``/``{prf:ref}``/``{doc}`` cross references, ``(label)=``

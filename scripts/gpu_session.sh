@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The one command of a GPU session for issue 4 (Section 4.2 / Appendix G): the throughput benchmark of the paper
-# grid, then, with the time left, a time-boxed start of the paper sweep (its first architecture group, L=2 m=128,
-# three regimes stacked). Everything it keeps lands in $OUT (at most 8 files, 16 MiB each, 2 folders deep).
-#
-# From a session lent a GPU (one call, nothing to carry: the machine's python3 has torch, numpy, tqdm, and hoplib
-# runs from this checkout through PYTHONPATH):
-#   run(command="SOURCE_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_session.sh", timeout_s=580)
-# with the commit pasted in (the machine has no .git). Then copy $OUT's bench_gpu_cuda.json to
-# results/training/ and report. Knobs (environment): TOTAL_S (default 520), BENCH_S (300), SWEEP_SHARD (0/10);
-# for a CPU dry run of this script: DEVICE=cpu BENCH_ARGS=--tiny CHECKPOINT_EVERY=2 TOTAL_S=150 PYTHON=python.
+# On a CUDA machine: measure training throughput on the paper grid (Section 4.2 / Appendix G), then start the
+# paper sweep for the time left. From the repository root, with the CUDA build of torch installed (README):
+#   bash scripts/gpu_session.sh
+# It runs, within TOTAL_S seconds (default 520):
+#   1. a record of the machine (GPU, driver, CUDA, torch) in $OUT/env.txt;
+#   2. benchmarks/bench_gpu.py for BENCH_S seconds (default 300): $OUT/bench_gpu_cuda.json, steps per second and
+#      the share of the GPU's bf16 peak (copy it to results/training/ to show it in the training appendix);
+#   3. with the time left, the paper sweep's shard SWEEP_SHARD (default 0/10: the first architecture group, L=2
+#      m=128, three regimes stacked) into $OUT/paper, stopped at the time box. Running the script again measures
+#      again (replacing the benchmark file) and resumes the shard from its checkpoints; to train the whole grid,
+#      resuming what is there: python scripts/run_training.py --grid paper --ensemble --out $OUT/paper.
+# $OUT defaults to .tmp/gpu_out. Other settings (environment): DEVICE (cuda), PYTHON (python3),
+# CHECKPOINT_EVERY (1000 steps), SOURCE_COMMIT (recorded as the benchmark's source commit where the checkout has
+# no .git). A dry run on a CPU: DEVICE=cpu BENCH_ARGS=--tiny CHECKPOINT_EVERY=2 TOTAL_S=150 PYTHON=python.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.tmp/gpu_out}
@@ -18,13 +22,13 @@ PY=${PYTHON:-python3}
 TOTAL_S=${TOTAL_S:-520}
 BENCH_S=${BENCH_S:-300}
 SWEEP_SHARD=${SWEEP_SHARD:-0/10}
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HOPLIB_SOURCE_COMMIT=${SOURCE_COMMIT:-unknown}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if [ -n "${SOURCE_COMMIT:-}" ]; then export HOPLIB_SOURCE_COMMIT=$SOURCE_COMMIT; fi
+commit=${SOURCE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 start=$SECONDS
 
-echo "== environment (source commit $HOPLIB_SOURCE_COMMIT)"
+echo "== environment (source commit $commit)"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   "$PY" -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda)"; nproc
 } 2>&1 | tee "$OUT/env.txt"
@@ -37,9 +41,9 @@ left=$((TOTAL_S - (SECONDS - start) - 30))
 if [ "$left" -gt 60 ]; then
   echo "== paper sweep, shard $SWEEP_SHARD, for ${left} s"
   timeout "$left" "$PY" scripts/run_training.py --grid paper --ensemble --shard "$SWEEP_SHARD" --device "$DEVICE" \
-    --no-progress --checkpoint-every "$CHECKPOINT_EVERY" --out "$WORK/paper" 2>&1 | tee "$OUT/sweep.log"
+    --no-progress --checkpoint-every "$CHECKPOINT_EVERY" --out "$OUT/paper" 2>&1 | tee "$OUT/sweep.log"
   echo "sweep exit status ${PIPESTATUS[0]} (124: stopped by its time box; rerunning resumes from the checkpoint)"
-  "$PY" - "$WORK/paper" <<'EOF' 2>&1 | tee -a "$OUT/sweep.log"
+  "$PY" - "$OUT/paper" <<'EOF' 2>&1 | tee -a "$OUT/sweep.log"
 import sys, pathlib, torch
 for ck in sorted(pathlib.Path(sys.argv[1]).glob("_ensembles/*/checkpoint.pt")):
     s = torch.load(ck, map_location="cpu", weights_only=True)
@@ -47,11 +51,6 @@ for ck in sorted(pathlib.Path(sys.argv[1]).glob("_ensembles/*/checkpoint.pt")):
     print(f"{ck.parent.name}: {s['step']} steps in {h['wall_time_s']:.0f} s "
           f"({s['step'] / max(h['wall_time_s'], 1e-9):.1f} steps/s), last losses {h['loss'][-1]}")
 EOF
-  tar -czf "$OUT/paper_sweep.tar.gz" -C "$WORK" paper
-  if [ "$(stat -c %s "$OUT/paper_sweep.tar.gz")" -gt 16000000 ]; then  # too big to come back: drop checkpoints
-    tar -czf "$OUT/paper_sweep.tar.gz" --exclude=checkpoint.pt -C "$WORK" paper
-    echo "checkpoints left out of paper_sweep.tar.gz (over 16 MB)"
-  fi
 else
   echo "== no time left for the sweep (${left} s)"
 fi

@@ -1,4 +1,4 @@
-"""Re-run the reliability probes of issue 13: each misuse a careless or hostile user might try, classified.
+"""Run the reliability probes: each misuse a careless or hostile user might try, classified.
 
     python scripts/probe_reliability.py          # prints one line per probe and the counts
     python scripts/probe_reliability.py --fast   # only the probes of the outside prober's classes (under a minute)
@@ -9,7 +9,7 @@ status 2 with one line, before any work), ``correct`` (a right answer or a refus
 a command line, or work started before a fault was reported), ``data loss`` (a stored result or notebook gone
 or replaced) or ``path escape`` (a file written outside the output folder). The last four must be zero.
 
-The output faults of issue 28 are real: a full disk is a cap on file size (``RLIMIT_FSIZE``; Python ignores
+The output faults are real: a full disk is a cap on file size (``RLIMIT_FSIZE``; Python ignores
 SIGXFSZ, so a write past it fails with EFBIG), a read-only folder is chmod 555 (as root, run without the
 capabilities that ignore it: ``setpriv`` drops CAP_DAC_OVERRIDE), a disk that fills mid-run is a cap just under
 the size the command's files reach.
@@ -193,7 +193,7 @@ def probes_notebooks(tmp: Path) -> dict[str, str]:
     return out
 
 
-# --------------------------------------------------------------------------- output faults (issue 28)
+# --------------------------------------------------------------------------- output faults
 SCRIPTS = ROOT / "scripts"
 READ_ONLY = (["setpriv", "--inh-caps=-dac_override,-dac_read_search",
               "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else [])

@@ -345,7 +345,7 @@ def test_ensemble_refuses_efficient_attention():
 
 @pytest.mark.parametrize("kind", ["performer", "longformer"])
 def test_a_sweep_point_with_efficient_attention_checks_its_ids_once_not_at_every_step(kind, monkeypatch):
-    # issue 31: a check is a device sync; training runs GPT.forward_unchecked (hoplib.train), like softmax GPTs
+    # a check is a device sync; training runs GPT.forward_unchecked (hoplib.train), like softmax GPTs
     import functools
 
     import hoplib.models

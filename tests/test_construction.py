@@ -259,7 +259,7 @@ def test_precision_study_small():
         assert r["c_min"] is not None and r["c_min"] < r["c_lemma_a2"]
 
 
-# --------------------------------------------------------------------------- inverse temperature (issue 13)
+# --------------------------------------------------------------------------- inverse temperature
 @pytest.mark.parametrize("bad", [float("nan"), 0.0, -1.0, float("inf"), -float("inf")])
 def test_setting_a_nan_or_non_positive_inverse_temperature_raises(bad):
     model = hop_transformer(3, 20, 4)
@@ -353,7 +353,7 @@ def test_run_construction_writes_a_results_file_and_keeps_an_existing_one(tmp_pa
         script.main(["search", "--max-layers", "1", "--out", str(out)])
 
 
-# --------------------------------------------------------------------------- dtype rule (issue 27)
+# --------------------------------------------------------------------------- dtype rule
 def neighbouring_letters(batch: int, n: int, alphabet: int, seed: int) -> torch.Tensor:
     """Two neighbouring letters per sequence: lastOccurrence's smallest mismatch gap, many margin-1 ties."""
     gen = torch.Generator().manual_seed(seed)

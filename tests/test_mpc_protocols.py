@@ -237,32 +237,62 @@ def test_connected_components_protocol_rejects_bad_edges():
         connected_components_protocol(np.zeros((2500, 2), np.int64), 3000, 168)
 
 
-def _old_broadcast_count(spl, m, v):  # the routing before issue 31: every record against all its splitters
+def _broadcast_count(spl, m, v):  # the plain definition: every record against all its splitters at once
     return (spl[m] <= v[:, None]).sum(axis=1)
+
+
+def _splitters_with_ties(rng, q, w):  # sorted rows, repeated values, and INT_MAX where a bucket has fewer parts
+    spl = np.sort(rng.integers(0, 50, (q, w)), axis=1)
+    spl[:, 2 * w // 3:] = np.iinfo(np.int64).max
+    return spl
+
+
+@pytest.mark.parametrize("path", ["scan", "binary search"])
+@pytest.mark.parametrize("w", [1, 3, 9, 32, 33, 255])
+def test_both_splitter_counts_agree_with_the_broadcast_comparison(monkeypatch, path, w):
+    monkeypatch.setattr(primitives, "SCAN_SPLITTERS", 10**9 if path == "scan" else 0)
+    rng = np.random.default_rng(w)
+    spl = _splitters_with_ties(rng, 40, w)
+    m, v = rng.integers(0, 40, 5000), rng.integers(-5, 60, 5000)
+    v[:50] = np.iinfo(np.int64).max  # a record equal to the padding counts it too
+    np.testing.assert_array_equal(primitives._count_at_most(spl, m, v), _broadcast_count(spl, m, v))
+    assert len(primitives._count_at_most(spl, m[:0], v[:0])) == 0
+
+
+def test_splitter_scan_builds_no_record_by_splitter_array():
+    rng = np.random.default_rng(0)
+    n, w = 200_000, primitives.SCAN_SPLITTERS
+    spl, m, v = _splitters_with_ties(rng, 100, w), rng.integers(0, 100, n), rng.integers(0, 60, n)
+    tracemalloc.start()
+    try:
+        primitives._count_at_most(spl, m, v)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < n * w, f"peak {peak / 2**20:.1f} MB; an (n, w) int64 array is {n * w * 8 / 2**20:.0f} MB"
 
 
 @pytest.mark.parametrize("n, q, s, distinct", [(2000, 125, 96, True), (3000, 50, 640, False),
                                                (100_000, 100, 4096, False), (200_000, 20, 40_000, True)])
-def test_sample_sort_routes_exactly_as_the_broadcast_comparison_did(monkeypatch, n, q, s, distinct):
+def test_sample_sort_routes_the_same_by_scan_binary_search_and_broadcast(monkeypatch, n, q, s, distinct):
     rng = np.random.default_rng(n)  # b = 2, 5, 32, 256 buckets; ties of records with splitters and each other
     keys = rng.permutation(10 * n)[:n] if distinct else rng.integers(0, n // 4, n)
-    spl = np.sort(rng.integers(0, 50, (q, 9)), axis=1)
-    spl[:, 6:] = np.iinfo(np.int64).max
-    m, v = rng.integers(0, q, 5000), rng.integers(0, 60, 5000)
-    np.testing.assert_array_equal(primitives._count_at_most(spl, m, v), _old_broadcast_count(spl, m, v))
     runs = []
-    for count in (_old_broadcast_count, primitives._count_at_most):
-        monkeypatch.setattr(primitives, "_count_at_most", count)
+    for scan in (10**9, 0, None):
+        monkeypatch.setattr(primitives, "SCAN_SPLITTERS", scan or 0)
+        if scan is None:
+            monkeypatch.setattr(primitives, "_count_at_most", _broadcast_count)
         sim = MPCSimulator(q, s)
         sim.load("t", np.arange(n) % q, keys[:, None])
         sample_sort(sim, "t", n)
         runs.append((sim.table("t"), sim.stats))
-    (old, old_stats), (new, new_stats) = runs
-    np.testing.assert_array_equal(new.machine, old.machine)
-    np.testing.assert_array_equal(new.data, old.data)
-    assert new_stats == old_stats
-    order = np.lexsort((new.data[:, 0], new.machine))
-    np.testing.assert_array_equal(new.data[order, 0], np.sort(keys))
+    (first, first_stats) = runs[0]
+    for t, stats in runs[1:]:
+        np.testing.assert_array_equal(t.machine, first.machine)
+        np.testing.assert_array_equal(t.data, first.data)
+        assert stats == first_stats
+    order = np.lexsort((first.data[:, 0], first.machine))
+    np.testing.assert_array_equal(first.data[order, 0], np.sort(keys))
 
 
 def test_hop_protocol_on_a_million_words_at_delta_three_quarters_stays_under_500_mb():

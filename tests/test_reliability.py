@@ -1,4 +1,4 @@
-"""Silent wrong results and data-loss paths found by probing the tools (issue 28), one class per kind: each test
+"""Silent wrong results and data-loss paths found by probing the tools, one class per kind: each test
 fails on the code before the fix."""
 
 from __future__ import annotations

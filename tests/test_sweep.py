@@ -113,7 +113,7 @@ def test_ensemble_sweep_trains_a_group_of_one_as_a_plain_run(tmp_path):
 
 @pytest.mark.parametrize("ensemble", [False, True])
 def test_diverged_runs_are_recorded_left_out_of_the_table_and_not_retrained(tmp_path, monkeypatch, ensemble):
-    # issue 13: a run with a NaN loss used to be "complete" with errors 1.0 and enter the table
+    # a run with a NaN loss is recorded as diverged, not "complete" with errors 1.0, and stays out of the table
     g = Grid(depths=(1,), widths=((16, 2),), n_trains=(None, 40),
              settings={**TINY, "lr": 1e30, "warmup_steps": 0, "steps": 8})
     with pytest.warns(RuntimeWarning, match="diverged"):
@@ -188,7 +188,7 @@ def test_shards_split_the_grid_and_together_cover_it(tmp_path):
 
 @pytest.mark.parametrize("shard", ["2/1", "1/1", "a/b", "-1/2"])
 def test_a_bad_shard_is_a_one_line_usage_error(tmp_path, capsys, shard):
-    # issue 13: --shard 2/1 used to end in a ValueError traceback after the grid was built
+    # a bad --shard is one usage line before the grid is built, not a ValueError traceback
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("run_training", ROOT / "scripts" / "run_training.py")

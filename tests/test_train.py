@@ -1,5 +1,5 @@
 """Tests of hoplib.train (Section 4.2 / Appendix G): schedule, data regimes, TrainConfig, optimise, fit, ensembles,
-RunConfig, the CLI, resumable checksummed checkpoints, and the reliability fixes of issue 13."""
+RunConfig, the CLI, resumable checksummed checkpoints, and refusals of what would corrupt or lose a run."""
 
 from __future__ import annotations
 
@@ -237,7 +237,7 @@ def _tiny_run(**kw) -> RunConfig:
 
 
 def test_flipped_bytes_in_a_checkpoint_give_a_checkpoint_error_not_a_complete_run(tmp_path):
-    # issue 13: 64 flipped bytes inside a checkpoint used to be loaded and the run reported complete
+    # 64 flipped bytes inside a checkpoint fail its checksum: not loaded, the run not reported complete
     config = _tiny_run()
     train_run(config, tmp_path, device="cpu", progress=False, checkpoint_every=5)
     (tmp_path / "results.json").unlink()  # as if killed after the last checkpoint
@@ -272,7 +272,7 @@ def test_fit_resumes_from_its_checkpoint_to_identical_weights(tmp_path):
 
 
 def test_resume_removes_leftover_temporary_checkpoint_files(tmp_path):
-    # issue 13: a kill during an atomic write leaves an empty .checkpoint.pt.<random>.tmp behind
+    # a kill during an atomic write leaves an empty .checkpoint.pt.<random>.tmp behind
     task = HopTask(seq_len=12, max_hops=2)
     ck = tmp_path / "checkpoint.pt"
     fit(gpt_for_task(task, depth=1, d_model=16, heads=2), task, _cfg(steps=4), checkpoint=ck, device="cpu",
@@ -355,7 +355,7 @@ def test_cli_writes_results_and_skips_a_finished_run(tmp_path):
 
 
 def test_cli_refuses_to_overwrite_a_stored_run_of_another_configuration(tmp_path):
-    # issue 13: training another configuration into a finished run's folder used to replace it (rc 0)
+    # training another configuration into a finished run's folder is refused; the run is kept
     stored = ROOT / "results" / "training" / "small" / "L2_m16_H1_ninf_s0"
     out = tmp_path / "L2_m16_H1_ninf_s0"
     shutil.copytree(stored, out)
@@ -382,7 +382,7 @@ def test_train_run_refuses_a_folder_with_a_model_of_unknown_origin(tmp_path):
 
 
 def test_cli_stops_a_diverging_run_with_one_line_and_records_it(tmp_path):
-    # issue 13: --lr 1e30 --warmup-steps 0 used to end with NaN loss, errors 1.0, complete: true and rc 0
+    # --lr 1e30 --warmup-steps 0 diverges: exit status 1, one line, recorded as diverged and not complete
     out = tmp_path / "run"
     r = _cli(out, "--steps", "30", "--lr", "1e30", "--warmup-steps", "0", "--checkpoint-every", "5")
     line = _one_line(r.stderr)
@@ -395,7 +395,7 @@ def test_cli_stops_a_diverging_run_with_one_line_and_records_it(tmp_path):
 
 
 def test_cli_rejects_an_output_path_that_is_a_file_before_training(tmp_path):
-    # issue 13: --out pointing at a file used to fail only after training, with an OSError traceback
+    # --out pointing at a file is one error line before training, not an OSError traceback after it
     target = tmp_path / "a_file"
     target.write_text("x")
     r = _cli(target, "--steps", "5")

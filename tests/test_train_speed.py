@@ -1,4 +1,4 @@
-"""Speed properties of training (issue 31), checked on the CPU: one thread per local worker; what a GPU relies
+"""Speed properties of training, checked on the CPU: one thread per local worker; what a GPU relies
 on: no host read of device values between log points, the same logged losses however often they are read,
 divergence still caught, the optional CUDA-graph step (torch.compile "reduce-overhead") equal to the plain one,
 ensembles of one width with several depths equal to separate runs."""

@@ -1,6 +1,7 @@
-"""One builder per layer kind of Theorem 4.2's construction (Lemmas D.1 lookUp, D.2 lastOccurrence, in the
-corrected form of ``paper-spec.md`` section 4), each reading and writing named subspaces, so every layer can be
-built and inspected on its own; and the pointer program that says what each doubling layer does."""
+"""One builder per layer kind of Theorem 4.2's construction (Lemmas D.1 lookUp, D.2 lastOccurrence, the latter
+with a score that cannot wrap around the circle of Lemma D.2's embedding), each reading and writing named
+subspaces, so every layer can be built and inspected on its own; and the pointer program that says what each
+doubling layer does."""
 
 from __future__ import annotations
 

@@ -239,11 +239,18 @@ def _spread(m: np.ndarray, part: np.ndarray, salt: int, plo: np.ndarray, phi: np
     return plo + (first + rank) % width
 
 
+SCAN_SPLITTERS = 32  # up to this many splitters per machine, comparing with each beats a binary search
+
+
 def _count_at_most(spl: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Per record (machine m, value v): how many of the splitters spl[m] (a (q, w) array) are <= v, by binary
-    search over keys (machine, rank among all splitter values), without an (n, w) array."""
-    if spl.shape[1] < 4:  # a few splitters: comparing with each is faster
-        return (spl[m] <= v[:, None]).sum(axis=1)
+    """Per record (machine m, value v): how many of the splitters spl[m] (a (q, w) array) are <= v, without an
+    (n, w) array: up to ``SCAN_SPLITTERS`` splitters by comparing with each in turn, beyond by binary search
+    over keys (machine, rank among all splitter values)."""
+    if spl.shape[1] <= SCAN_SPLITTERS:
+        count = np.zeros(len(v), np.int64)
+        for col in spl.T:
+            count += col[m] <= v
+        return count
     u = np.unique(spl)
 
     def key(mach: np.ndarray, x: np.ndarray) -> np.ndarray:
