@@ -12,7 +12,7 @@ import torch
 
 import hoplib.train as train_mod
 from hoplib.train import RunConfig, finished_results
-from hoplib.training.sweep import GRIDS, Grid, collect, grid, run_name, run_status, run_sweep
+from hoplib.training.sweep import GRIDS, Grid, collect, grid, run_name, run_status, run_sweep, stored_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(seq_len=10, max_hops=2, steps=30, lr=3e-3, warmup_steps=3, batch_size=8, eval_samples=10)
@@ -38,12 +38,12 @@ def test_paper_grid_is_the_authors_v1_grid_and_grids_are_named_once():
     assert all(c.seq_len == 32 and c.max_hops == 4 and c.head == "linear" for c in small)
     quick = grid("quick").configs()
     assert max(c.max_hops for c in quick) <= 4 and len(quick) >= 3
-    assert set(GRIDS) == {"quick", "small", "medium", "depth", "paper"} and grid("quick") is GRIDS["quick"]
+    assert set(GRIDS) == {"quick", "small", "cpu", "depth", "gpu", "paper"} and grid("quick") is GRIDS["quick"]
 
 
-@pytest.mark.parametrize("name", ["small", "medium"])
+@pytest.mark.parametrize("name", ["small", "cpu"])
 def test_stored_runs_still_count_as_finished_and_collect_to_their_table(name):
-    where = ROOT / "results" / "training" / name
+    where = ROOT / "results" / "training" / stored_folder(name)
     configs = grid(name).configs()
     assert all(finished_results(where / run_name(c), c) is not None for c in configs)
     assert set(run_status(where, configs).values()) == {"complete"}
