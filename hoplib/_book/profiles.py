@@ -9,7 +9,7 @@ CPU), ``cpu`` (the stored CPU runs), ``gpu`` (one free Colab T4, about half an h
 sizes); the others have ``quick`` and ``paper``.
 
 Costs: one step of every model shape is counted once on a CPU by :func:`hoplib.costs.per_step` and stored in
-``results/profiles/step_costs.json`` (``python -m hoplib._book.profiles``, which fills in missing shapes);
+``results/benchmarks/step_costs.json`` (``python -m hoplib._book.profiles``, which fills in missing shapes);
 :func:`estimate` multiplies them out, and :func:`cost_table` is the table the landing and teaching pages show.
 """
 
@@ -27,7 +27,9 @@ TRAINING_CHAPTERS = ("training", "rnn", "efficient_attention", "chain_of_thought
 OTHER_CHAPTERS = ("hop_task", "construction", "mpc")
 """The chapters that train nothing: profiles ``quick`` and ``paper``, both for a CPU."""
 PROFILE_NAMES = ("quick", "cpu", "gpu", "paper")
-COSTS_FILE = "profiles/step_costs.json"
+UNTRAINED_QUICK = ("rnn", "efficient_attention")
+"""Chapters whose ``quick`` profile trains nothing (their live sweeps start at ``cpu``)."""
+COSTS_FILE = "benchmarks/step_costs.json"
 EVAL_SAMPLES = 8  # evaluation samples of a Job.run: enough for a letter target at every k of every profile
 
 
@@ -212,10 +214,10 @@ _JOBS = {"training": _training_jobs, "rnn": _rnn_jobs, "efficient_attention": _a
 
 
 def jobs(chapter: str, profile: str, profiles: dict[str, dict[str, Any]] | None = None) -> list[Job]:
-    """The models ``profile`` of ``chapter`` trains (none for ``quick`` in the chapters whose live sweeps skip
-    it), one :class:`Job` per shape."""
+    """The models ``profile`` of ``chapter`` trains (none for ``quick`` in :data:`UNTRAINED_QUICK`), one
+    :class:`Job` per shape."""
     settings = (profiles or chapter_profiles(chapter))[profile]
-    if chapter not in _JOBS or not settings.get("trains", True):
+    if chapter not in _JOBS or (profile == "quick" and chapter in UNTRAINED_QUICK):
         return []
     return _JOBS[chapter](settings)
 
@@ -228,7 +230,7 @@ def _store_path() -> Path:
 
 
 def stored_step_costs() -> dict[str, dict[str, float]]:
-    """``{shape key: {"flops_per_sample", "launches"}}`` of ``results/profiles/step_costs.json`` (empty if none)."""
+    """``{shape key: {"flops_per_sample", "launches"}}`` of ``results/benchmarks/step_costs.json`` (empty if none)."""
     from hoplib._book.results import load_stored
 
     stored = load_stored(COSTS_FILE, required=False)
@@ -278,9 +280,92 @@ def estimate(chapter: str, profile: str, step_costs: dict[str, dict[str, float]]
             "flops": flops, "launches": launches, "t4_seconds": seconds}
 
 
+FREE_GPU_S = 30 * 60
+"""What one free Colab session is taken to give a chapter: half an hour of a T4."""
+STORED_CPU = {"training": ["training/medium/*/results.json"], "rnn": ["rnn/cpu/training.json"],
+              "efficient_attention": ["efficient_attention/cpu/training.json"],
+              "chain_of_thought": ["chain_of_thought/cpu/errors.json"], "gnn": ["gnn/cpu/learned.json"]}
+"""The stored runs of each chapter's ``cpu`` profile (what its live cells train), by their wall time."""
+STORED_PAPER = {c: f"{c}/paper/{c}.ipynb" for c in OTHER_CHAPTERS}
+"""The executed notebooks of the stored ``paper`` runs of the chapters that train nothing (papermill records
+each run's duration)."""
+CHAPTER_ORDER = ("hop_task", "construction", "training", "mpc", "rnn", "efficient_attention", "chain_of_thought",
+                 "gnn")
+
+
+def _stored_seconds(patterns: list[str]) -> float | None:
+    """The summed wall times of the stored files matching ``patterns``: results files (their provenance) or
+    executed notebooks (papermill's duration)."""
+    import json
+
+    from hoplib._book.results import results_dir
+
+    times = []
+    for pattern in patterns:
+        for path in sorted(results_dir().glob(pattern)):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            times.append(record["metadata"]["papermill"]["duration"] if path.suffix == ".ipynb"
+                         else record["provenance"]["wall_time_s"])
+    return sum(times) if times else None
+
+
+def profile_cost(chapter: str, profile: str, step_costs: dict | None = None,
+                 profiles: dict | None = None) -> dict[str, Any]:
+    """Where ``profile`` of ``chapter`` runs and what it costs: ``{"runs on", "models", "model-steps", "FLOP",
+    "launches", "time"}``; CPU times are the stored runs' (measured), GPU times :func:`estimate`'s."""
+    from hoplib import costs
+
+    row: dict[str, Any] = {"runs on": "CPU", "models": None, "model-steps": None, "FLOP": None, "launches": None}
+    if chapter in OTHER_CHAPTERS:
+        seconds = _stored_seconds([STORED_PAPER[chapter]]) if profile == "paper" else None
+        return {**row, "time": "the book's build" if profile == "quick" else
+                f"{costs.duration(seconds)} (measured)" if seconds else "not run"}
+    listed = jobs(chapter, profile, profiles)
+    row.update({"models": sum(j.count for j in listed), "model-steps": sum(j.count * j.steps for j in listed)})
+    if profile == "quick":
+        return {**row, "time": "the book's build"}
+    if profile == "cpu":
+        seconds = _stored_seconds(STORED_CPU[chapter])
+        return {**row, "time": f"{costs.duration(seconds)} (measured)" if seconds else "not stored"}
+    est = estimate(chapter, profile, step_costs, profiles)
+    fits = est["t4_seconds"] <= FREE_GPU_S
+    return {**row, "runs on": "free T4" if fits else "larger GPU", "FLOP": costs.flops_text(est["flops"]),
+            "launches": costs.flops_text(est["launches"]),
+            "time": f"T4 ≈ {costs.duration(est['t4_seconds'])} (estimate)"}
+
+
+def cost_table(detail: bool = False):
+    """The table the landing, teaching and README pages show: per chapter (rows) and profile, where it runs and
+    how long it takes (CPU: measured on the stored runs; GPU: ESTIMATED from FLOPs and launches, see
+    :mod:`hoplib.costs`). ``detail``: one row per (chapter, profile) with models, steps, FLOPs and launches."""
+    import pandas as pd
+
+    step_costs, rows = stored_step_costs(), []
+    for chapter in CHAPTER_ORDER:
+        table = chapter_profiles(chapter)
+        for profile in (p for p in PROFILE_NAMES if p in table):
+            rows.append({"chapter": chapter, "profile": profile,
+                         **profile_cost(chapter, profile, step_costs, table)})
+    df = pd.DataFrame(rows)
+    if detail:
+        return df.set_index(["chapter", "profile"]).fillna("")
+    where = df["runs on"].where(df["runs on"] != "free T4", "free GPU")
+    df["where, how long"] = where + ", " + df["time"]
+    return (df.pivot(index="chapter", columns="profile", values="where, how long")
+            .reindex(index=list(CHAPTER_ORDER), columns=list(PROFILE_NAMES)).fillna("-"))
+
+
+def cost_table_markdown() -> str:
+    """:func:`cost_table` as a Markdown table (for the README)."""
+    df = cost_table()
+    lines = ["| chapter | " + " | ".join(df.columns) + " |", "|---" * (len(df.columns) + 1) + "|"]
+    lines += [f"| `{c}` | " + " | ".join(df.loc[c]) + " |" for c in df.index]
+    return "\n".join(lines)
+
+
 def fill_step_costs(chapters: tuple[str, ...] = TRAINING_CHAPTERS,
                     profiles: tuple[str, ...] = PROFILE_NAMES) -> Path:
-    """Count every shape of ``profiles`` of ``chapters`` not yet in ``results/profiles/step_costs.json`` and store
+    """Count every shape of ``profiles`` of ``chapters`` not yet in ``results/benchmarks/step_costs.json`` and store
     it (after each shape, so an interrupted run keeps what it counted)."""
     import time
 

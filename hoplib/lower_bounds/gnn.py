@@ -273,7 +273,8 @@ def same_component(batch: graphs.GraphBatch) -> torch.Tensor:
 
 def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: int = 64, heads: int = 4,
                            steps: int = 2000, batch_size: int = 64, lr: float = 1e-3, seed: int = 0,
-                           pairs: bool = False, eval_size: int = 512, device: str | torch.device = "cpu") -> dict:
+                           pairs: bool = False, eval_size: int = 512, device: str | torch.device = "cpu",
+                           progress: bool | Progress = False) -> dict:
     """Train an :class:`EdgeSetTransformer` on :func:`edge_labels` (and, with ``pairs``, on
     :func:`same_component` by binary cross-entropy); its record holds the connectivity accuracy (the label of
     an edge at t against y) and the edge accuracy on ``eval_size`` held-out instances."""
@@ -296,7 +297,8 @@ def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: i
     record = {"model": "edge-transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
               "heads": heads, "steps": steps, "target": "edges+pairs" if pairs else "edges"}
     out = _train(lambda: EdgeSetTransformer(n_ids, depth, d_model=d_model, heads=heads, pairs=pairs), loss_and_acc,
-                 record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.01, device=device, eval_size=eval_size)
+                 record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.01, device=device, eval_size=eval_size,
+                 progress=progress)
     return {**out, "edge_accuracy": edge_acc[-1]}
 
 
