@@ -258,7 +258,7 @@ class Progress:
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, unit="step", leave=leave)
+            self.bar = tqdm(total=total, desc=desc, unit="step", leave=leave, mininterval=1.0)
 
     def resumed(self, steps: int) -> None:
         """``steps`` of the total were done before this process started."""

@@ -92,7 +92,9 @@ def sweep_points(task: HopTask, points: Sequence[dict[str, Any]], settings: Mapp
     from hoplib.sweep import kept_sweep, points_done
 
     params = {"task": repr(task), **settings, "seed": seed}
-    bar = Progress(len(points) * settings["steps"], f"{len(points)} models", enabled=progress and workers == 1)
+    finished = keep is not None and Path(keep).exists()  # read back, nothing to train
+    bar = Progress(len(points) * settings["steps"], f"{len(points)} models",
+                   enabled=progress and workers == 1 and not finished)
     if keep is not None:
         bar.resumed(points_done(points, keep, params) * settings["steps"])
     job = point_job(task, make_build, settings, seed=seed, device=device, progress=bar if workers == 1 else False)

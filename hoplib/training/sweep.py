@@ -136,7 +136,8 @@ def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device =
         mine = configs[i::n]
     todo = [c for c in mine if finished_results(out / run_name(c), c) is None]
     units = _groups(todo, ensemble).values() if ensemble else [[c] for c in todo]
-    bar = Progress(sum(max(c.train.steps for c in u) for u in units), f"{len(todo)} runs", enabled=progress)
+    bar = Progress(sum(max(c.train.steps for c in u) for u in units), f"{len(todo)} runs",
+                   enabled=progress and bool(todo))
     kw = dict(device=device, progress=bar, checkpoint_every=checkpoint_every, compile=compile)
     try:
         if ensemble and todo:
