@@ -82,9 +82,8 @@ def test_a_gpt_step_is_counted_at_the_standard_matrix_product_flops():
     from hoplib.train import fit
 
     c = sweep.grid("paper").configs()[0].replace(batch_size=2, warmup_steps=1)
-    step = costs.per_step(lambda n: fit(c.init_model(), c.task, c.train.__class__(**{**c.train.to_dict(),
-                                                                                      "steps": n}),
-                                        device="cpu", progress=False))
+    step = costs.per_step(lambda n: fit(c.init_model(), c.task, c.replace(steps=n).train, device="cpu",
+                                        progress=False))
     m, t, layers = c.d_model, c.task.length, c.depth  # 2 * (12 m^2 weights) per token, 4 B T^2 m attention
     forward = 2 * layers * 12 * m * m * 2 * t + layers * 4 * 2 * t * t * m
     assert step.flops == 3 * forward

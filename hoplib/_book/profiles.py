@@ -351,6 +351,8 @@ def cost_table(detail: bool = False):
                          **profile_cost(chapter, profile, step_costs, table)})
     df = pd.DataFrame(rows)
     if detail:
+        for col in ("models", "model-steps"):
+            df[col] = [f"{int(v):,}" if v is not None and v == v else "" for v in df[col]]
         return df.set_index(["chapter", "profile"]).fillna("")
     where = df["runs on"].where(df["runs on"] != "free T4", "free GPU")
     df["where, how long"] = where + ", " + df["time"]
