@@ -129,12 +129,12 @@ def counting() -> Iterator[_Counts]:
                  lambda m, a: rnn_pre(m, a) if isinstance(m, torch.nn.RNNBase) else None),
              torch.nn.modules.module.register_module_forward_hook(
                  lambda m, a, o: rnn_post() if isinstance(m, torch.nn.RNNBase) else None)]
+    # oneDNN runs an LSTM as one opaque op; without it every layer's products are seen (and counted)
+    with warnings.catch_warnings():  # the flags' setter warns about Intel GPUs
+        warnings.simplefilter("ignore", UserWarning)
+        mkldnn = torch.backends.mkldnn.flags(enabled=False)
+        mkldnn.__enter__()
     try:
-        with warnings.catch_warnings():  # the flags' setter warns about Intel GPUs
-            warnings.simplefilter("ignore", UserWarning)
-            mkldnn = torch.backends.mkldnn.flags(enabled=False)
-            mkldnn.__enter__()
-        # oneDNN runs an LSTM as one opaque op; without it every layer's products are seen (and counted)
         with _mode(counts, paused, in_rnn):
             yield counts
     finally:
