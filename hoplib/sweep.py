@@ -192,3 +192,36 @@ def _run_sweep(job: Job, points: Sequence[Any], path: Path, params: dict[str, An
     partial.unlink(missing_ok=True)
     print(f"wrote {out} ({len(rows)} records, {time.perf_counter() - t0:.0f} s)")
     return rows
+
+
+def kept_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[str, Any], *, device: str = "cpu",
+               workers: int = 1) -> list[Any]:
+    """:func:`run_sweep` for a notebook that may be run again: the records stored in ``path`` when it already
+    holds this sweep (the same points and parameters), else the sweep run, resumed from the partial file of a
+    stopped one. ``path`` holding another sweep is refused (one line: move it away)."""
+    path, params = Path(path), {**params, "points": list(points)}
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            same = stored["parameters"] == json.loads(json.dumps(params, default=str))
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path} is not a sweep's results file ({exc}); move it away to run the sweep") from exc
+        if not same:
+            raise ValueError(f"{path} holds a sweep of other settings; move it away to run this one")
+        print(f"read back {path.name}: the sweep finished before")
+        return stored["data"]
+    return run_sweep(job, points, path, params, device=device, workers=workers)
+
+
+def points_done(points: Sequence[Any], path: str | Path, params: dict[str, Any]) -> int:
+    """How many of ``points`` the partial file of :func:`kept_sweep`'s ``path`` holds (0: none, or another
+    sweep's)."""
+    partial = Path(path).with_name(Path(path).stem + ".partial.json")
+    key = json.loads(json.dumps({"points": list(points), "params": {**params, "points": list(points)}},
+                                default=str))
+    try:
+        held = json.loads(partial.read_text(encoding="utf-8"))["data"]
+        return len(held["done"]) if {"points": held["points"], "params": held["params"]} == key else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+

@@ -260,6 +260,57 @@ def _check_every(checkpoint_every: int | None) -> None:
         raise ValueError(f"checkpoint_every must be at least 1 (or None: at the end only), got {checkpoint_every}")
 
 
+class Progress:
+    """A progress bar over the steps of one run or of a whole sweep (``tqdm.auto``: a widget in Jupyter and
+    Colab, text elsewhere) that prints, once ``eta_after`` steps have run, the estimated time left and the
+    finish time. A sweep makes one for all its runs and hands it to each :func:`optimise`; the steps a resumed
+    run had done before are taken off the total, so the estimate counts only the steps still to run. With
+    ``enabled=False`` it shows and prints nothing."""
+
+    def __init__(self, total: int, desc: str = "train", *, enabled: bool = True, eta_after: int = 300,
+                 leave: bool = True):
+        self.total, self.desc, self.enabled, self.eta_after = total, desc, enabled, eta_after
+        self.done, self.first, self.told = 0, None, False
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="step", leave=leave, mininterval=1.0)
+
+    def resumed(self, steps: int) -> None:
+        """``steps`` of the total were done before this process started."""
+        self.total -= steps
+        if self.bar is not None and steps:
+            self.bar.total = self.total
+            self.bar.refresh()
+
+    def update(self, steps: int = 1) -> None:
+        """Count ``steps`` more steps; print the estimate once ``eta_after`` have run since the first."""
+        self.done += steps
+        if self.bar is not None:
+            self.bar.update(steps)
+        now = time.perf_counter()
+        if self.first is None:  # the rate leaves the first step out (warm-up, compilation)
+            self.first = (self.done, now)
+            return
+        if self.enabled and not self.told and self.done - self.first[0] >= self.eta_after:
+            self.told = True
+            left = (self.total - self.done) * (now - self.first[1]) / (self.done - self.first[0])
+            end = time.strftime("%H:%M", time.localtime(time.time() + left))
+            print(f"{self.desc}: {self.done:,} of {self.total:,} steps done; about {_clock(left)} to go "
+                  f"(finish around {end})", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _clock(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def _flush(buf: list[torch.Tensor], history: dict[str, Any], config: TrainConfig) -> None:
     """Copy the losses kept on the device to the history (one sync); a non-finite one stops the run."""
     if not buf:
@@ -284,7 +335,7 @@ def _check_finite_weights(model: nn.Module, step: int, history: dict[str, Any]) 
 
 def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor],
              config: TrainConfig, *, device: str | torch.device,
-             progress: bool = True, desc: str = "train",
+             progress: bool | Progress = True, desc: str = "train",
              eval_fn: Callable[[], dict] | None = None,
              checkpoint: str | os.PathLike | None = None,
              checkpoint_every: int | None = None,
@@ -292,7 +343,8 @@ def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor],
     """THE loop: AdamW, linear warmup and decay, on ``step_loss(step)`` (one loss,
     or one per model of an ensemble). With ``checkpoint``, saves every
     ``checkpoint_every`` steps and resumes a checkpoint of the same ``config``
-    and ``settings``. Returns ``{"loss", "evals", "steps_done", "wall_time_s"}``."""
+    and ``settings``; ``progress``: a bar of this run, or a sweep's
+    :class:`Progress`. Returns ``{"loss", "evals", "steps_done", "wall_time_s"}``."""
     dev = get_device(device)
     params = list(model.parameters())
     fused = dev.type == "cuda" and all(p.is_cuda and p.is_floating_point()
@@ -314,12 +366,10 @@ def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor],
         every_step = every is not None and done % every == 0
         return every_step or done == config.steps
 
-    if progress:
-        from tqdm.auto import tqdm
-    else:  # tqdm.auto warns in notebooks without ipywidgets
-        from tqdm import tqdm
-    bar = tqdm(total=config.steps, initial=start, disable=not progress,
-               desc=desc, leave=False)
+    own = not isinstance(progress, Progress)
+    bar = Progress(config.steps, desc, enabled=progress,
+                   leave=False) if own else progress
+    bar.resumed(start)
     model.train()
     try:
         for step in range(start, config.steps):
@@ -351,7 +401,8 @@ def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor],
         _flush(buf, history, config)
         _check_finite_weights(model, history["steps_done"], history)
     finally:
-        bar.close()
+        if own:
+            bar.close()
         history["wall_time_s"] = wall0 + time.perf_counter() - t0
     return history
 
@@ -374,7 +425,7 @@ def _step_forward(model: nn.Module, compile: bool | str, first_ids: torch.Tensor
 
 
 def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
-        device: str | torch.device = "auto", progress: bool = True,
+        device: str | torch.device = "auto", progress: bool | Progress = True,
         compile: bool | str = False, checkpoint: str | os.PathLike | None = None,
         checkpoint_every: int | None = None,
         checkpoint_meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -405,8 +456,8 @@ def fit(model: nn.Module, task: HopTask, config: TrainConfig, *,
 
 
 def fit_ensemble(models: Sequence[nn.Module], task: HopTask, configs: Sequence[TrainConfig], *,
-                 device: str | torch.device = "auto", progress: bool = True, compile: bool | str = False,
-                 checkpoint: str | os.PathLike | None = None,
+                 device: str | torch.device = "auto", progress: bool | Progress = True,
+                 compile: bool | str = False, checkpoint: str | os.PathLike | None = None,
                  checkpoint_every: int | None = None) -> tuple[list[nn.Module], list[dict[str, Any]]]:
     """Train E GPTs of one architecture up to depth (deepest first) at once, as one :class:`GPTEnsemble`;
     their configs may differ only in ``seed`` and ``n_train``. Model e sees exactly the data of
@@ -587,7 +638,7 @@ def write_run(out: str | os.PathLike, model: nn.Module, record: dict[str, Any]) 
 
 
 def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.device = "auto",
-              progress: bool = True, compile: bool | str = False, checkpoint_every: int | None = 1000,
+              progress: bool | Progress = True, compile: bool | str = False, checkpoint_every: int | None = 1000,
               command: str | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Train, evaluate and record one run in ``out``: skip it if finished, resume it if interrupted; refuse
     another run's folder unless ``overwrite`` (:class:`RunConflictError`). A diverged run is recorded with

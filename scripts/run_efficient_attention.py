@@ -1,7 +1,7 @@
 """Train the efficient-attention chapter's stored sweeps (its appendix section reads them).
 
     python scripts/run_efficient_attention.py --part matched --workers 2 --out results   # Performer, Longformer
-                                              # at the training chapter's medium task and recipe
+                                              # at the training chapter's cpu task and recipe
     python scripts/run_efficient_attention.py --part features --out results  # the Performer with m' = N
     python scripts/run_efficient_attention.py --part alphabet --workers 2 --out results  # k = 1, growing alphabet
     python scripts/run_efficient_attention.py --part alphabet --alphabets 16 --steps 4000 --out results
@@ -53,7 +53,7 @@ def _grid(matched: dict[str, Any], attentions: list[dict[str, Any]]) -> dict[str
             "kinds": sorted({a["kind"] for a in attentions})}
 
 
-_CPU_MATCHED = _matched("medium", [2, 3, 4, 5, 6])
+_CPU_MATCHED = _matched("cpu", [2, 3, 4, 5, 6])
 _N = _CPU_MATCHED["seq_len"]  # global_every = N: position 0 is the only global position
 _LONGFORMER_GRID = [{"kind": "longformer", "window": w, "global_every": g}  # corners first: a partial
                     for w, g in ((2, _N), (8, _N), (2, 4), (8, 4), (4, _N), (4, 4), (2, 16), (8, 16), (4, 16))]

@@ -2,14 +2,14 @@
 
     python scripts/run_rnn.py --part training --workers 2 --out results   # every family, depths 1-4, k <= 4
     python scripts/run_rnn.py --part matched --workers 2 --out results    # GRU, LSTM at the training chapter's
-                                                                          # medium task and recipe
+                                                                          # cpu task and recipe
     python scripts/run_rnn.py --part alphabet --workers 2 --out results   # k = 1, growing alphabet
     python scripts/run_rnn.py --part state_lr --out results               # k = 1, |Sigma| = N/4: the learning
     python scripts/run_rnn.py --part state --seed S --out results         # rate of each family, then width
                                                                           # against N with that rate
     python scripts/run_rnn.py --part state_long --seed S --out results    # the same, 2,000 steps, the
                                                                           # transformer at every width too
-    python scripts/run_rnn.py --part equal_lr --workers 2 --out results   # the medium task (N = 64, k <= 8):
+    python scripts/run_rnn.py --part equal_lr --workers 2 --out results   # the cpu task (N = 64, k <= 8):
     python scripts/run_rnn.py --part equal --seed S --out results         # every family's rate at depth 2,
                                                                           # then depths 2-4 with it, per seed
     python scripts/run_rnn.py --part capacity_lr --out results            # k = 1, |Sigma| = 32, N = 128: each
@@ -42,14 +42,15 @@ HEADS = 4
 
 def matched_settings(grid: str, kinds: list[str], depths: list[int]) -> dict[str, Any]:
     """The task and recipe of the training chapter's grid ``grid`` (N, k, steps, learning rate, warm-up,
-    width, heads, test samples) for ``kinds`` at ``depths``: the tuning effort of its stored transformers."""
-    from hoplib.training.sweep import GRIDS
+    width, heads, test samples) for ``kinds`` at ``depths``: the tuning effort of its stored transformers;
+    ``"grid"`` names the folder of ``results/training/`` that holds them."""
+    from hoplib.training.sweep import GRIDS, stored_folder
 
     g = GRIDS[grid]
     s = g.settings
     return {"seq_len": s["seq_len"], "max_hops": s["max_hops"], "kinds": list(kinds), "depths": list(depths),
             "widths": [g.widths[0][0]], "heads": g.widths[0][1], "steps": s["steps"], "lrs": [s["lr"]],
-            "warmup_steps": s["warmup_steps"], "n_samples": s["eval_samples"], "grid": grid}
+            "warmup_steps": s["warmup_steps"], "n_samples": s["eval_samples"], "grid": stored_folder(grid)}
 
 
 STATE = {"lengths": [16, 32, 64], "letters_per_position": 0.25, "kinds": ["gru", "lstm", "mamba"],
@@ -63,9 +64,9 @@ STATE_LONG = {**STATE, "kinds": ["gru", "lstm", "mamba", "transformer"], "widths
 """The longer state-size sweep: as ``state`` with 2,000 steps, and the transformer at every width like the
 recurrent families, so its own width need is measured; each family's rate is the one ``state_lr`` picked."""
 
-EQUAL = {**matched_settings("medium", ["gru", "lstm", "mamba", "transformer"], [2, 3, 4]),
+EQUAL = {**matched_settings("cpu", ["gru", "lstm", "mamba", "transformer"], [2, 3, 4]),
          "lrs": [1e-3, 3e-3], "reference_depth": 2}
-"""The equal-tuning run: the training chapter's medium task and recipe for all four families; each family's
+"""The equal-tuning run: the training chapter's cpu task and recipe for all four families; each family's
 learning rate is the best of ``lrs`` on seed 0 at ``reference_depth`` (part equal_lr), then every family is
 trained at depths 2-4 with its rate on the same seeds (part equal, one file per seed)."""
 
@@ -91,7 +92,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {  # {profile: {part: settings}
     "cpu": {"training": {"seq_len": 32, "max_hops": 4, "kinds": ["gru", "lstm", "mamba", "transformer"],
                          "depths": [1, 2, 3, 4], "widths": [64], "steps": 4000, "lrs": [1e-3, 3e-3],
                          "warmup_steps": 100, "n_samples": 200},
-            "matched": matched_settings("medium", ["gru", "lstm"], [1, 2, 3, 4, 5, 6]),
+            "matched": matched_settings("cpu", ["gru", "lstm"], [1, 2, 3, 4, 5, 6]),
             "alphabet": {"alphabets": [4, 8, 16, 32], "kinds": ["gru", "lstm", "mamba", "transformer"],
                          "depth": 2, "widths": [16, 32, 64], "lrs": [1e-3, 3e-3], "steps": 2000,
                          "batch_size": 32, "warmup_steps": 100, "heads": HEADS, "n_samples": 200},

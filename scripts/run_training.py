@@ -1,6 +1,6 @@
 """Train the training chapter's runs (Section 4.2 / Appendix G): a named grid, or one run; resumable.
 
-    python scripts/run_training.py --grid medium --out results/training/medium --workers 2
+    python scripts/run_training.py --grid cpu --out results/training/medium --workers 2
     python scripts/run_training.py --grid paper --out runs/paper --device cuda --ensemble --shard 0/2
     python scripts/run_training.py --grid paper --out runs/pw --device cuda --ensemble width --compile reduce-overhead
     python scripts/run_training.py --depth 4 --d-model 128 --heads 4 --steps 100000 --out runs/L4

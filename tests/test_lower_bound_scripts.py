@@ -96,8 +96,9 @@ def test_chosen_rate_is_the_lowest_error_and_the_first_on_a_tie():
 def test_matched_settings_follow_the_training_grid():
     from hoplib.training.sweep import GRIDS
 
-    matched = _script("run_rnn").matched_settings("medium", ["gru"], [1, 2])
-    grid = GRIDS["medium"]
+    matched = _script("run_rnn").matched_settings("cpu", ["gru"], [1, 2])
+    grid = GRIDS["cpu"]
+    assert matched["grid"] == "medium"  # the folder its stored transformers keep
     assert (matched["seq_len"], matched["steps"], matched["lrs"], matched["warmup_steps"]) == (
         grid.settings["seq_len"], grid.settings["steps"], [grid.settings["lr"]], grid.settings["warmup_steps"])
     assert matched["widths"] == [grid.widths[0][0]] and matched["heads"] == grid.widths[0][1]

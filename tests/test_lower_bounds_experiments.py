@@ -54,6 +54,34 @@ def test_sweep_trains_every_family_depth_and_rate_and_workers_do_not_change_resu
     assert [r["error"] for r in run(2)] == [r["error"] for r in one]
 
 
+def test_a_kept_sweep_resumes_after_a_stop_and_reads_a_finished_one_back(tmp_path, monkeypatch):
+    """The chapters' live sweeps with out_dir set: a sweep stopped after some models resumes with them."""
+    import pytest
+
+    task = HopTask(seq_len=10, alphabet_size=4, max_hops=2)
+    points, keep = sweep.grid_points(RNN_TINY), tmp_path / "live" / "steps2.json"
+    ref = sweep.sweep_points(task, points, RNN_TINY, sweep.recurrent_builder, seed=1, device="cpu")
+    original, calls = sweep.measure_point, []
+
+    def stopping(index, *args, **kw):
+        calls.append(index)
+        if index == 3 and len(calls) == 4:
+            raise KeyboardInterrupt  # the runtime disconnects during the fourth model
+        return original(index, *args, **kw)
+
+    monkeypatch.setattr(sweep, "measure_point", stopping)
+    run = lambda: sweep.sweep_points(task, points, RNN_TINY, sweep.recurrent_builder, seed=1,  # noqa: E731
+                                     device="cpu", progress=True, keep=keep)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    def same(rows):  # everything but the wall time of training
+        return [{k: v for k, v in r.items() if k != "train_time_s"} for r in rows]
+
+    assert same(run()) == same(ref) and calls[4:] == list(range(3, len(points)))  # the first three were kept
+    monkeypatch.setattr(sweep, "measure_point", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    assert same(run()) == same(ref)  # finished: read back, nothing trained
+
+
 def test_best_lr_keeps_the_rate_with_the_lowest_mean_error_over_k_from_one():
     rows = [{"kind": "gru", "d_model": 8, "depth": 1, "lr": lr, "k": k, "error": e}
             for lr, errs in ((1e-3, [0.9, 0.2, 0.4]), (3e-3, [0.0, 0.3, 0.4])) for k, e in enumerate(errs)]

@@ -12,7 +12,7 @@ import torch
 
 import hoplib.train as train_mod
 from hoplib.train import RunConfig, finished_results
-from hoplib.training.sweep import GRIDS, Grid, collect, grid, run_name, run_status, run_sweep
+from hoplib.training.sweep import GRIDS, Grid, collect, grid, run_name, run_status, run_sweep, stored_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(seq_len=10, max_hops=2, steps=30, lr=3e-3, warmup_steps=3, batch_size=8, eval_samples=10)
@@ -38,12 +38,12 @@ def test_paper_grid_is_the_authors_v1_grid_and_grids_are_named_once():
     assert all(c.seq_len == 32 and c.max_hops == 4 and c.head == "linear" for c in small)
     quick = grid("quick").configs()
     assert max(c.max_hops for c in quick) <= 4 and len(quick) >= 3
-    assert set(GRIDS) == {"quick", "small", "medium", "depth", "paper"} and grid("quick") is GRIDS["quick"]
+    assert set(GRIDS) == {"quick", "small", "cpu", "depth", "gpu", "paper"} and grid("quick") is GRIDS["quick"]
 
 
-@pytest.mark.parametrize("name", ["small", "medium"])
+@pytest.mark.parametrize("name", ["small", "cpu"])
 def test_stored_runs_still_count_as_finished_and_collect_to_their_table(name):
-    where = ROOT / "results" / "training" / name
+    where = ROOT / "results" / "training" / stored_folder(name)
     configs = grid(name).configs()
     assert all(finished_results(where / run_name(c), c) is not None for c in configs)
     assert set(run_status(where, configs).values()) == {"complete"}
@@ -239,3 +239,42 @@ def test_cli_trains_a_width_ensemble_of_a_tiny_grid(tmp_path, monkeypatch):
     for c in tiny.configs():
         rec = json.loads((tmp_path / run_name(c) / "results.json").read_text())
         assert rec["complete"] and rec["provenance"]["ensemble_size"] == 2
+
+
+def test_an_interrupted_width_ensemble_sweep_resumes_from_its_folder_under_one_progress_bar(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """The training chapter's live cell on CUDA: a width ensemble in out_dir, stopped and run again."""
+    g = Grid(depths=(1, 2), widths=((16, 2),), settings={**TINY, "steps": 40})
+    ref = run_sweep(g, tmp_path / "ref", device="cpu", progress=False, ensemble="width", checkpoint_every=10)
+    bars = []
+    original_init, original_batch = train_mod.Progress.__init__, train_mod.DataStream.batch
+
+    def init(self, total, *args, **kw):
+        original_init(self, total, *args, **{**kw, "eta_after": 5})
+        bars.append(self)
+
+    def failing(self, step):
+        if step == 25:
+            raise KeyboardInterrupt
+        return original_batch(self, step)
+
+    monkeypatch.setattr(train_mod.Progress, "__init__", init)
+    monkeypatch.setattr(train_mod.DataStream, "batch", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(g, tmp_path / "run", device="cpu", ensemble="width", checkpoint_every=10)
+    monkeypatch.setattr(train_mod.DataStream, "batch", original_batch)
+    assert run_sweep(g, tmp_path / "run", device="cpu", ensemble="width", checkpoint_every=10) == ref
+    assert len(bars) == 2 and bars[0].total == 40  # one bar a sweep; an ensemble's step counts once
+    assert bars[1].total == 40 - 20 and bars[1].done == 20  # resumed at the step-20 checkpoint
+    told = [line for line in capsys.readouterr().out.splitlines() if "to go" in line]
+    assert len(told) == 2 and "of 40 steps done" in told[0] and "of 20 steps done" in told[1]
+
+
+def test_a_cut_grid_keeps_every_shape_and_trains_at_most_max_steps():
+    g = GRIDS["paper"].cut(300)
+    assert [c.replace(steps=1, warmup_steps=1) for c in g.configs()] == [
+        c.replace(steps=1, warmup_steps=1) for c in GRIDS["paper"].configs()]
+    assert {c.train.steps for c in g.configs()} == {300} and {c.train.warmup_steps for c in g.configs()} == {300}
+    assert GRIDS["quick"].cut(10**6).configs() == GRIDS["quick"].configs()
+    with pytest.raises(ValueError, match="max_steps"):
+        GRIDS["quick"].cut(0)

@@ -301,7 +301,7 @@ def test_a_diverging_fit_raises_and_keeps_the_last_finite_checkpoint(tmp_path):
 
 
 def test_run_config_round_trips_the_stored_runs_and_builds_their_task():
-    for folder in ("small", "medium"):
+    for folder in ("small", "medium"):  # the cpu grid's runs are stored under medium/
         for path in sorted((ROOT / "results" / "training" / folder).glob("*/results.json")):
             stored = json.loads(path.read_text())["config"]
             config = RunConfig.from_dict(stored)

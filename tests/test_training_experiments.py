@@ -22,14 +22,15 @@ def test_depth_formulas_agree_exactly_at_powers_of_two():
         assert 2 ** (lo - 2) <= k <= 2 ** (hi - 2) and (lo == hi) == (k & (k - 1) == 0)
 
 
-def test_stored_medium_sweep_loads_with_provenance():
-    med = sweep.load_stored_sweep("medium")
+def test_stored_cpu_sweep_loads_from_its_folder_with_provenance():
+    med = sweep.load_stored_sweep("cpu")  # stored under results/training/medium/
     assert len(med.runs) == 8 and med.missing == ()  # depths 2-5, seeds 0 and 1
     assert (med.task.seq_len, med.task.max_hops) == (64, 8)
     recs = med.records()
     assert {r.metric for r in recs} == {"paper"} and {r.depth for r in recs} == {2, 3, 4, 5}
     assert {r.k for r in recs} == set(range(9)) and {r.width for r in recs} == {64}
     html = med.provenance_html()
+    assert "results/training/medium/" in html
     assert html.startswith("<details>") and all(s.path.parent.name in html for s in med.runs)
     assert med.wall_time_s() == pytest.approx(sum(s.record["provenance"]["wall_time_s"] for s in med.runs))
     assert len(sweep.load_stored_sweep("small").records(n_train=250)) == 2 * 5
@@ -39,7 +40,7 @@ def test_a_partly_stored_sweep_lists_its_missing_runs(tmp_path, monkeypatch):
     src = results_dir() / "training" / "medium" / "L2_m64_H4_ninf_s0"
     shutil.copytree(src, tmp_path / "training" / "medium" / src.name)
     monkeypatch.setenv("HOPLIB_RESULTS", str(tmp_path))
-    med = sweep.load_stored_sweep("medium")
+    med = sweep.load_stored_sweep("cpu")
     assert len(med.runs) == 1 and len(med.missing) == 7 and "L5_m64_H4_ninf_s0" in med.missing
     assert "not stored yet" in med.provenance_html()
     with pytest.raises(ValueError, match="small"):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from hoplib._book.device import autocast, get_device
 from hoplib.lower_bounds import graphs
 from hoplib.models import GPT, AttentionSpec, CausalSelfAttention, GPTConfig, register_attention
-from hoplib.train import TrainConfig, optimise
+from hoplib.train import Progress, TrainConfig, optimise
 
 AGGREGATIONS = ("sum", "mean", "max")
 _EVAL_SEED_BASE = 2**40  # training batches use seeds below 2**40, evaluation batches above
@@ -150,7 +150,7 @@ def mpc_components(family: str, diameter: int, delta: str, *,
 # --------------------------------------------------------------------------- training
 def _train(make_model: Callable[[], nn.Module], loss_and_acc: Callable[..., tuple[torch.Tensor, torch.Tensor]],
            record: dict, *, batch_size: int, lr: float, seed: int, weight_decay: float, device: str | torch.device,
-           eval_size: int) -> dict:
+           eval_size: int, progress: bool | Progress = False) -> dict:
     """Seed torch, build the model, train it with :func:`hoplib.train.optimise` on ``loss_and_acc(model, batch,
     data_seed) -> (loss, accuracy)`` of fresh instances (``record``'s family, D and steps; warmup a tenth; step t's
     batch has seed ``seed * 2**24 + t``), then score ``eval_size`` held-out ones: ``record`` with the accuracy."""
@@ -164,7 +164,7 @@ def _train(make_model: Callable[[], nn.Module], loss_and_acc: Callable[..., tupl
 
     config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=max(1, steps // 10),
                          weight_decay=weight_decay, seed=seed)
-    hist = optimise(model, lambda step: batch_loss(seed * 2**24 + step)[0], config, device=dev, progress=False,
+    hist = optimise(model, lambda step: batch_loss(seed * 2**24 + step)[0], config, device=dev, progress=progress,
                     desc="graphs")
     model.eval()
     with torch.no_grad(), autocast(dev):
@@ -175,7 +175,7 @@ def _train(make_model: Callable[[], nn.Module], loss_and_acc: Callable[..., tupl
 
 def train_gnn(family: str, diameter: int, depth: int, *, width: int = 32, aggregation: str = "sum",
               n_random: int = 4, steps: int = 300, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-              eval_size: int = 512, device: str | torch.device = "cpu") -> dict:
+              eval_size: int = 512, device: str | torch.device = "cpu", progress: bool | Progress = False) -> dict:
     """Train a :class:`MessagePassingGNN` read at t on fresh instances (AdamW, no weight decay); its record."""
 
     def loss_and_acc(model: nn.Module, g: graphs.GraphBatch, data_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,12 +185,14 @@ def train_gnn(family: str, diameter: int, depth: int, *, width: int = 32, aggreg
     record = {"model": "gnn", "family": family, "D": diameter, "depth": depth, "width": width,
               "aggregation": aggregation, "n_random": n_random, "steps": steps}
     return _train(lambda: MessagePassingGNN(2 + n_random, width, depth, aggregation=aggregation), loss_and_acc,
-                  record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.0, device=device, eval_size=eval_size)
+                  record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.0, device=device, eval_size=eval_size,
+                  progress=progress)
 
 
 def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 64, heads: int = 4,
                       steps: int = 300, batch_size: int = 64, lr: float = 1e-3, seed: int = 0, eval_size: int = 512,
-                      weight_decay: float = 0.01, marks: bool = False, device: str | torch.device = "cpu") -> dict:
+                      weight_decay: float = 0.01, marks: bool = False, device: str | torch.device = "cpu",
+                      progress: bool | Progress = False) -> dict:
     """Train a :class:`hoplib.models.GPT` on the serialised instances (:func:`~hoplib.lower_bounds.graphs.
     serialise`, with the marks of s and t if ``marks``; answer at END); its record."""
     probe = graphs.sample_graphs(family, diameter, 1)
@@ -205,7 +207,7 @@ def train_transformer(family: str, diameter: int, depth: int, *, d_model: int = 
     record = {"model": "transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
               "heads": heads, "marks": marks, "steps": steps}
     return _train(lambda: GPT(cfg), loss_and_acc, record, batch_size=batch_size, lr=lr, seed=seed,
-                  weight_decay=weight_decay, device=device, eval_size=eval_size)
+                  weight_decay=weight_decay, device=device, eval_size=eval_size, progress=progress)
 
 
 # --------------------------------------------------------------------------- edge-set transformer
@@ -271,7 +273,8 @@ def same_component(batch: graphs.GraphBatch) -> torch.Tensor:
 
 def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: int = 64, heads: int = 4,
                            steps: int = 2000, batch_size: int = 64, lr: float = 1e-3, seed: int = 0,
-                           pairs: bool = False, eval_size: int = 512, device: str | torch.device = "cpu") -> dict:
+                           pairs: bool = False, eval_size: int = 512, device: str | torch.device = "cpu",
+                           progress: bool | Progress = False) -> dict:
     """Train an :class:`EdgeSetTransformer` on :func:`edge_labels` (and, with ``pairs``, on
     :func:`same_component` by binary cross-entropy); its record holds the connectivity accuracy (the label of
     an edge at t against y) and the edge accuracy on ``eval_size`` held-out instances."""
@@ -294,7 +297,8 @@ def train_edge_transformer(family: str, diameter: int, depth: int, *, d_model: i
     record = {"model": "edge-transformer", "family": family, "D": diameter, "depth": depth, "width": d_model,
               "heads": heads, "steps": steps, "target": "edges+pairs" if pairs else "edges"}
     out = _train(lambda: EdgeSetTransformer(n_ids, depth, d_model=d_model, heads=heads, pairs=pairs), loss_and_acc,
-                 record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.01, device=device, eval_size=eval_size)
+                 record, batch_size=batch_size, lr=lr, seed=seed, weight_decay=0.01, device=device, eval_size=eval_size,
+                 progress=progress)
     return {**out, "edge_accuracy": edge_acc[-1]}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from hoplib.lower_bounds.rnn import recurrent_model
 from hoplib.models import count_parameters, gpt_for_task
 from hoplib.sweep import map_points
 from hoplib.tasks import HopTask
-from hoplib.train import TrainConfig, fit
+from hoplib.train import Progress, TrainConfig, fit
 
 Builder = Callable[[dict[str, Any]], tuple[nn.Module, dict[str, Any]]]
 """Makes the model of one grid point: ``point -> (model, extra record fields)``."""
@@ -58,7 +59,8 @@ def attention_builder(task: HopTask, heads: int, n_features: int | None, window:
 
 
 def measure_point(index: int, point: dict[str, Any], task: HopTask, make_build: Callable[[HopTask], Builder],
-                  settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu") -> list[dict[str, Any]]:
+                  settings: Mapping[str, Any], *, seed: int = 0, device: str = "cpu",
+                  progress: bool | Progress = False) -> list[dict[str, Any]]:
     """Build, train and measure the model of one point; its records, one per k. torch is seeded with
     ``seed + index`` before the model is built, so a result depends on the point's place in the grid only."""
     torch.manual_seed(seed + index)
@@ -66,7 +68,7 @@ def measure_point(index: int, point: dict[str, Any], task: HopTask, make_build: 
     config = TrainConfig(steps=settings["steps"], batch_size=settings.get("batch_size", BATCH_SIZE),
                          lr=point["lr"], warmup_steps=settings["warmup_steps"], seed=seed)
     t0 = time.perf_counter()
-    tail = fit(model, task, config, device=device, progress=False)["loss"][-10:]
+    tail = fit(model, task, config, device=device, progress=progress)["loss"][-10:]
     wall = round(time.perf_counter() - t0, 2)
     errors = per_k_error(model, task, n_samples=settings["n_samples"], seed=seed, device=device)
     return [{**point, **extra, "params": count_parameters(model), "k": int(k), "error": float(err),
@@ -74,20 +76,39 @@ def measure_point(index: int, point: dict[str, Any], task: HopTask, make_build: 
 
 
 def point_job(task: HopTask, make_build: Callable[[HopTask], Builder], settings: Mapping[str, Any], *,
-              seed: int = 0, device: str | torch.device = "auto") -> Callable[[int, dict[str, Any]], list]:
+              seed: int = 0, device: str | torch.device = "auto",
+              progress: bool | Progress = False) -> Callable[[int, dict[str, Any]], list]:
     """``(index, point) -> records``: :func:`measure_point` as the picklable job of :func:`hoplib.sweep.run_sweep`
-    (``make_build`` must be a module-level function or a functools.partial of one)."""
+    (``make_build`` must be a module-level function or a functools.partial of one; ``progress`` a bool unless
+    the job runs in this process)."""
     return functools.partial(measure_point, task=task, make_build=make_build, settings=dict(settings), seed=seed,
-                             device=str(get_device(device)))
+                             device=str(get_device(device)), progress=progress)
 
 
 def sweep_points(task: HopTask, points: Sequence[dict[str, Any]], settings: Mapping[str, Any],
                  make_build: Callable[[HopTask], Builder], *, seed: int = 0, device: str | torch.device = "auto",
-                 workers: int = 1) -> list[dict[str, Any]]:
+                 workers: int = 1, progress: bool = False, keep: str | Path | None = None) -> list[dict[str, Any]]:
     """:func:`measure_point` for every point (``settings``: steps, warmup_steps, n_samples), in ``workers``
-    processes of one thread each on a CPU; the records of all of them."""
-    job = point_job(task, make_build, settings, seed=seed, device=device)
-    return [r for records in map_points(job, points, workers=workers, device=job.keywords["device"]) for r in records]
+    processes of one thread each on a CPU; the records of all of them. ``progress``: one bar over every step of
+    the sweep and an estimate of its end (one worker). ``keep``: a results file that keeps the finished points
+    (:func:`hoplib.sweep.kept_sweep`): a stopped sweep resumes, a finished one is read back."""
+    from hoplib.sweep import kept_sweep, points_done
+
+    params = {"task": repr(task), **settings, "seed": seed}
+    finished = keep is not None and Path(keep).exists()  # read back, nothing to train
+    bar = Progress(len(points) * settings["steps"], f"{len(points)} models",
+                   enabled=progress and workers == 1 and not finished)
+    if keep is not None:
+        bar.resumed(points_done(points, keep, params) * settings["steps"])
+    job = point_job(task, make_build, settings, seed=seed, device=device, progress=bar if workers == 1 else False)
+    try:
+        if keep is not None:
+            return [r for rec in kept_sweep(job, points, keep, params, device=job.keywords["device"],
+                                            workers=workers) for r in (rec if isinstance(rec, list) else [rec])]
+        return [r for records in map_points(job, points, workers=workers, device=job.keywords["device"])
+                for r in records]
+    finally:
+        bar.close()
 
 
 def grid_points(settings: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -130,10 +151,10 @@ def alphabet_point(index: int, point: Mapping[str, Any], settings: Mapping[str, 
 
 def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
     """The k where the error crosses :data:`hoplib.report.THRESHOLD`, per family, depth and seed, of every model
-    the book trains on the medium task (N = 64, k <= 8, 4,000 steps, width 64): the equal-tuning run of the
-    rnn chapter (GRU, LSTM, Mamba-style, transformer, each at its own best rate, ``seeds`` where stored) and the
-    efficient-attention chapter's matched run (Performer, Longformer: seed 0, the transformers' 2e-3). A
-    DataFrame with ``family, depth, seed, k*, censored, run, lr`` (the model's learning rate)."""
+    the book trains on the training chapter's cpu task (N = 64, k <= 8, 4,000 steps, width 64): the equal-tuning
+    run of the rnn chapter (GRU, LSTM, Mamba-style, transformer, each at its own best rate, ``seeds`` where
+    stored) and the efficient-attention chapter's matched run (Performer, Longformer: seed 0, the transformers'
+    2e-3). A DataFrame with ``family, depth, seed, k*, censored, run, lr`` (the model's learning rate)."""
     import pandas as pd
 
     from hoplib import report
@@ -162,7 +183,7 @@ def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
 def plot_headline():
     """The book's headline figure, from stored results only: on top the transformers' reach against depth up to
     k = 16 (:func:`hoplib.report.plot_growth`: our ``depth`` sweep, the published errors, the released models);
-    below, every family the book trains on the four-letter ``medium`` task (:func:`hoplib.report.plot_families`
+    below, every family the book trains on the four-letter ``cpu`` task (:func:`hoplib.report.plot_families`
     of :func:`family_crossings`)."""
     import matplotlib.pyplot as plt
 

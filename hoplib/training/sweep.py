@@ -2,9 +2,11 @@
 
 Each run lives in ``<out>/<run_name>`` (the files of :func:`hoplib.train.train_run`): finished runs are skipped,
 interrupted ones resumed, diverged ones recorded. :data:`GRIDS`: ``quick`` (CPU, a minute), ``small`` (CPU, 10-15
-minutes: the width and sample-size axes of Appendix G.3, G.5), ``medium`` (CPU, an hour: depths 2..5, two seeds),
-``depth`` (CPU, 4 core-hours: depths 2..6, k <= 16, three seeds) and ``paper`` (the authors' grid, for a GPU;
-``ensemble=True`` trains one architecture's runs together, ``ensemble="width"`` every depth of one width).
+minutes: the width and sample-size axes of Appendix G.3, G.5), ``cpu`` (CPU, an hour: depths 2..5, two seeds;
+stored under ``results/training/medium/``, its name before the profiles were renamed, see :data:`STORED_AS`),
+``depth`` (CPU, 4 core-hours: depths 2..6, k <= 16, three seeds), ``gpu`` (one free Colab T4, about half an hour:
+depths 2..6 at the paper's N = 100 and m = 128, trained together) and ``paper`` (the authors' grid, for a large
+GPU; ``ensemble=True`` trains one architecture's runs together, ``ensemble="width"`` every depth of one width).
 Command line: ``scripts/run_training.py``.
 """
 
@@ -26,6 +28,7 @@ from hoplib._book.results import atomic_write_text, check_fields, load_stored, o
 from hoplib.report import ErrorRecord
 from hoplib.train import (
     DivergedError,
+    Progress,
     RunConfig,
     finished_results,
     fit_ensemble,
@@ -54,6 +57,23 @@ class Grid:
                 for (m, h), n, s, d in itertools.product(self.widths, self.n_trains, self.seeds, self.depths)
                 if (m, n) not in self.exclude]
 
+    def cut(self, max_steps: int) -> Grid:
+        """The grid with every run cut to at most ``max_steps`` steps (a trial of its shapes and speed; warm-up
+        and evaluations cut alike)."""
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        steps = min(self.settings.get("steps", 100_000), max_steps)
+        cut = {"steps": steps, "warmup_steps": min(self.settings.get("warmup_steps", 1000), steps)}
+        if "eval_every" in self.settings:
+            cut["eval_every"] = min(self.settings["eval_every"], steps)
+        return replace(self, settings={**self.settings, **cut})
+
+
+GPU_STEPS = 30_000
+"""Steps of the ``gpu`` grid: five models trained as one width ensemble fit half an hour of a T4 (an estimate,
+:mod:`hoplib._book.profiles`)."""
+STORED_AS = {"cpu": "medium"}
+"""Grids stored under ``results/training/`` by another name (the folder keeps the name the runs were made under)."""
 
 GRIDS: dict[str, Grid] = {
     "quick": Grid(depths=(1, 2, 3), widths=((64, 4),),
@@ -61,11 +81,14 @@ GRIDS: dict[str, Grid] = {
     "small": Grid(depths=(2, 3), widths=((16, 1), (32, 2), (64, 4)), n_trains=(250, 1000, None),
                   settings=dict(seq_len=32, max_hops=4, steps=2000, lr=2e-3, warmup_steps=100, eval_samples=100),
                   exclude=((16, 250), (16, 1000), (32, 250), (32, 1000))),
-    "medium": Grid(depths=(2, 3, 4, 5), widths=((64, 4),), seeds=(0, 1),
+    "cpu": Grid(depths=(2, 3, 4, 5), widths=((64, 4),), seeds=(0, 1),
                    settings=dict(seq_len=64, max_hops=8, steps=4000, lr=2e-3, warmup_steps=200, eval_samples=100)),
     "depth": Grid(depths=(2, 3, 4, 5, 6), widths=((64, 4),), seeds=(0, 1, 2),
                   settings=dict(seq_len=64, max_hops=16, steps=10_000, lr=2e-3, warmup_steps=200,
                                 eval_samples=200, eval_every=2000)),
+    "gpu": Grid(depths=(2, 3, 4, 5, 6), widths=((128, 4),),
+                settings=dict(seq_len=100, max_hops=16, steps=GPU_STEPS, lr=1e-3, warmup_steps=1000,
+                              eval_samples=100)),
     "paper": Grid(depths=(2, 3, 4, 5, 6), widths=((128, 4), (256, 8)), n_trains=(1000, 3000, None),
                   settings=dict(seq_len=100, max_hops=16, steps=100_000, lr=1e-4, warmup_steps=1000,
                                 head="layernorm", dropout=0.1, eval_samples=100),
@@ -76,6 +99,11 @@ GRIDS: dict[str, Grid] = {
 def grid(name: str) -> Grid:
     """The named grid of :data:`GRIDS`."""
     return GRIDS[name]
+
+
+def stored_folder(name: str) -> str:
+    """The folder under ``results/training/`` that holds the stored runs of grid ``name``."""
+    return STORED_AS.get(name, name)
 
 
 def run_name(config: RunConfig) -> str:
@@ -93,7 +121,8 @@ def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device =
 
     Finished runs are skipped and interrupted ones resumed; a run that diverges is recorded, warned about and
     left out of the table. ``shard=(i, n)`` trains every n-th unit of work (run, or architecture group with
-    ``ensemble``) from i, so n processes can share a grid."""
+    ``ensemble``) from i, so n processes can share a grid. With ``progress``, one bar counts the steps of the
+    whole sweep (an ensemble's step once) and prints the estimated finish after a few hundred."""
     g = GRIDS[grid] if isinstance(grid, str) else grid
     g = g if seeds is None else replace(g, seeds=tuple(seeds))
     i, n = shard
@@ -106,12 +135,18 @@ def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device =
     else:
         mine = configs[i::n]
     todo = [c for c in mine if finished_results(out / run_name(c), c) is None]
-    kw = dict(device=device, progress=progress, checkpoint_every=checkpoint_every, compile=compile)
-    if ensemble and todo:
-        _run_ensembles(todo, out, ensemble, **kw)
-    else:
-        for c in todo:
-            _train_one(c, out, **kw)
+    units = _groups(todo, ensemble).values() if ensemble else [[c] for c in todo]
+    bar = Progress(sum(max(c.train.steps for c in u) for u in units), f"{len(todo)} runs",
+                   enabled=progress and bool(todo))
+    kw = dict(device=device, progress=bar, checkpoint_every=checkpoint_every, compile=compile)
+    try:
+        if ensemble and todo:
+            _run_ensembles(todo, out, ensemble, **kw)
+        else:
+            for c in todo:
+                _train_one(c, out, **kw)
+    finally:
+        bar.close()
     table = collect(out, configs)
     atomic_write_text(out / "table.json", json.dumps(table, indent=1) + "\n")
     return table
@@ -131,12 +166,16 @@ def _arch(config: RunConfig, ensemble: bool | str) -> tuple:
     return tuple(sorted(config.replace(n_train=None, seed=0, **depth).to_dict().items()))
 
 
-def _run_ensembles(todo: list[RunConfig], out: Path, ensemble: bool | str, *, device, **kw: Any) -> None:
-    dev = get_device(device)
+def _groups(todo: list[RunConfig], ensemble: bool | str) -> dict[tuple, list[RunConfig]]:
     groups: dict[tuple, list[RunConfig]] = {}
     for c in todo:
         groups.setdefault(_arch(c, ensemble), []).append(c)
-    for configs in groups.values():
+    return groups
+
+
+def _run_ensembles(todo: list[RunConfig], out: Path, ensemble: bool | str, *, device, **kw: Any) -> None:
+    dev = get_device(device)
+    for configs in _groups(todo, ensemble).values():
         configs = sorted(configs, key=lambda c: -c.depth)  # deepest first, as GPTEnsemble stacks them
         c0 = configs[0]
         if len(configs) == 1:  # a group of one: a plain run
@@ -218,17 +257,18 @@ AUTHORS_FILE = "training/authors-errors.json"
 
 
 def load_stored_sweep(name: str) -> report.StoredSweep:
-    """Every run of the named grid stored under ``results/training/<name>/`` (missing runs are listed)."""
-    runs, missing = [], []
+    """Every run of the named grid stored under ``results/training/<folder>/`` (:func:`stored_folder`; missing
+    runs are listed)."""
+    runs, missing, folder = [], [], stored_folder(name)
     for c in grid(name).configs():
-        stored = load_stored(f"training/{name}/{run_name(c)}/results.json", required=False)
+        stored = load_stored(f"training/{folder}/{run_name(c)}/results.json", required=False)
         if stored is None or not stored.record.get("complete"):
             missing.append(run_name(c))
         else:
             runs.append(stored)
     if not runs:
-        raise ValueError(f"no finished run of the {name!r} sweep is stored under results/training/{name}/")
-    return report.StoredSweep(name, tuple(runs), tuple(missing))
+        raise ValueError(f"no finished run of the {name!r} sweep is stored under results/training/{folder}/")
+    return report.StoredSweep(folder, tuple(runs), tuple(missing))
 
 
 def published(heads: int = 4, n_train: int | None = None) -> list[ErrorRecord]:
