@@ -3,6 +3,7 @@ scoring and training of chapters/chain_of_thought.md (its cells tagged ``cot-cod
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -209,3 +210,22 @@ def test_one_layer_learns_hop_k_with_the_full_pointer_chain() -> None:
 def test_an_unknown_chain_is_refused() -> None:
     with pytest.raises(ValueError, match="chain"):
         CotTask(chain="quarter")
+
+
+def test_width_sweep_script_stores_every_model_and_k_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "run_chain_of_thought.py"
+    spec = importlib.util.spec_from_file_location("run_chain_of_thought", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = script.main(["--profile", "quick", "--out", str(tmp_path)])
+    record = json.loads(out.read_text(encoding="utf-8"))
+    s = script.PROFILES["quick"]
+    got = sorted((r["seed"], r["d_model"], r["chain"], r["k"]) for r in record["data"])
+    assert got == sorted((seed, m, c, k) for seed in s["seeds"] for m in s["widths"] for c in s["chains"]
+                         for k in range(1, s["max_hops"] + 1))
+    assert all(0 <= r["error"] <= 1 and r["n_cot"] == chain_length(r["k"], r["chain"]) for r in record["data"])
+    assert record["parameters"]["widths"] == s["widths"] and not out.with_name("width_sweep.partial.json").exists()
+    with pytest.raises(ValueError, match="exists"):
+        script.main(["--profile", "quick", "--out", str(tmp_path)])
