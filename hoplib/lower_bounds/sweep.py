@@ -183,8 +183,8 @@ def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
 def plot_headline():
     """The book's headline figure, from stored results only: on top the transformers' reach against depth up to
     k = 16 (:func:`hoplib.report.plot_growth`: our ``depth`` sweep, the published errors, the released models);
-    below, every family the book trains on the four-letter ``cpu`` task (:func:`hoplib.report.plot_families`
-    of :func:`family_crossings`)."""
+    below, the capacity sweep at one hop (:func:`plot_capacity`: error against the recurrent state over the
+    one-hop table, every family, at the largest step budget stored)."""
     import matplotlib.pyplot as plt
 
     from hoplib import report
@@ -193,8 +193,9 @@ def plot_headline():
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 9.0))
     report.plot_growth(*growth_points("depth"), ax=top)
     top.set_title("transformers, k ≤ 16 (ours: N = 64, 10,000 steps)")
-    report.plot_families(family_crossings(), ax=bottom, formulas=True)
-    bottom.set_title("every family, N = 64, k ≤ 8, 4,000 steps")
+    runs = capacity_runs()
+    plot_capacity(runs, ax=bottom)
+    bottom.set_title(f"one hop, |Σ| = 32, N = 128 ({runs.steps.max():,} steps)")
     fig.tight_layout()
     return fig
 
