@@ -382,7 +382,7 @@ def validate_parameters(md: Path, params: list[tuple[str, str]], source: Path) -
     """The ``-p NAME VALUE`` pairs checked, each failure one line before any work: names and types against
     papermill's inspection of the parameters cell (``source``: the chapter as a notebook), then the book's own
     checks: a profile the chapter defines and a device that is present. Returns the values and the profile."""
-    from hoplib._book.device import get_device
+    from hoplib.device import get_device
 
     specs = chapter_parameters(source)
     values: dict[str, object] = {}
@@ -504,7 +504,7 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
         nbformat.write(jupytext.read(md, fmt="md:myst"), source)
         parameters, profile = validate_parameters(md, params, source)
         final = inside(out, chapter, profile)
-        from hoplib._book.results import check_writable
+        from hoplib.results import check_writable
 
         try:  # a file, read-only, no room: one line before a kernel starts
             check_writable(final)

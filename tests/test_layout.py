@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HOPLIB = ROOT / "hoplib"
-PARTS = ("construction", "training", "mpc", "lower_bounds", "exercises")
+PARTS = ("construction", "mpc", "lower_bounds", "exercises")
 CORE = sorted(p for p in HOPLIB.glob("*.py"))
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
 APPENDIX = sorted((ROOT / "chapters" / "stored_runs").glob("*.md"))
