@@ -44,7 +44,7 @@ def test_sweep_trains_every_family_depth_and_rate_and_workers_do_not_change_resu
 
     def run(workers):
         return families.sweep_points(task, points, RNN_TINY, families.recurrent_builder, seed=1, device="cpu",
-                                  workers=workers)
+                                     workers=workers)
 
     one = run(1)
     assert [(r["kind"], r["depth"], r["lr"]) for r in one if r["k"] == 0] == \
@@ -71,7 +71,7 @@ def test_a_kept_sweep_resumes_after_a_stop_and_reads_a_finished_one_back(tmp_pat
 
     monkeypatch.setattr(families, "measure_point", stopping)
     run = lambda: families.sweep_points(task, points, RNN_TINY, families.recurrent_builder, seed=1,  # noqa: E731
-                                     device="cpu", progress=True, keep=keep)
+                                        device="cpu", progress=True, keep=keep)
     with pytest.raises(KeyboardInterrupt):
         run()
     def same(rows):  # everything but the wall time of training

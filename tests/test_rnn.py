@@ -192,7 +192,7 @@ def _sweep(task, kinds, depths, seed=0, workers=1):
     settings = {"kinds": kinds, "depths": depths, "widths": [8], "lrs": [1e-3], "steps": 3,
                 "warmup_steps": 1, "n_samples": 4}
     return families.sweep_points(task, families.grid_points(settings), settings, families.recurrent_builder, seed=seed,
-                              device="cpu", workers=workers)
+                                 device="cpu", workers=workers)
 
 
 def test_depth_sweep_returns_one_record_per_model_and_k():
