@@ -10,31 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from _scripts import SCRIPTS, load_script
+from _scripts import SCRIPTS, load_script, parser_of
 
 import hoplib.sweep
 
 ROOT = SCRIPTS.parent
 COMMANDS = sorted(p.stem for p in SCRIPTS.glob("run_*.py")) + ["score_runs"]
-
-
-class _Parsed(Exception):
-    pass
-
-
-def _parser(command: str, monkeypatch) -> argparse.ArgumentParser:
-    """The parser that ``command``'s ``main`` builds, caught at its ``parse_args``, before any work."""
-    seen = []
-
-    def parse_args(self, *args, **kwargs):
-        seen.append(self)
-        raise _Parsed
-
-    module = load_script(command)
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_args)
-    with pytest.raises(_Parsed):
-        module.main([])
-    return seen[0]
 
 
 def _source(command: str) -> str:
@@ -45,8 +26,8 @@ def _source(command: str) -> str:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_option_a_command_lists_is_read_by_it(command, monkeypatch):
-    parser, text = _parser(command, monkeypatch), _source(command)
+def test_every_option_a_command_lists_is_read_by_it(command):
+    parser, text = parser_of(command), _source(command)
     shared = {"device": "run_device(args)", "slurm": "executor_from_args(args)",
               "partition": "executor_from_args(args)"}  # read by scripts/cli.py's helpers, whose result it uses
     unread = []
