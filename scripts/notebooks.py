@@ -30,10 +30,8 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import fcntl
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -417,27 +415,19 @@ def inside(out: Path, *names: str) -> Path:
     return path
 
 
-LOCK = ".notebooks-run.lock"
-
-
 @contextlib.contextmanager
 def locked(folder: Path):
-    """Hold an exclusive ``flock`` on ``folder/.notebooks-run.lock`` for a run; a second run on the same folder
-    (another process, another container on a shared disk) is refused in one line instead of waiting. The lock
-    goes with the process: nothing stale is left to take over after a crash."""
-    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
+    """Hold the book's one output lock on ``folder`` for a run (:func:`hoplib.results.exclusive`): a second run
+    on the same folder (another process, another container on a shared disk) is refused in one line instead of
+    waiting; the lock goes with the process, so nothing stale is left after a crash."""
+    from hoplib.results import LockedError, exclusive
+
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            raise RunError(f"another notebooks.py run ({holder}) is writing to {folder}; wait for it to end or "
-                           "choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+            held.enter_context(exclusive(folder))
+        except LockedError as exc:
+            raise RunError(f"another notebooks.py run: {exc}") from None
         yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def previous_run(final: Path, chapter: str) -> list[str]:
