@@ -1,6 +1,7 @@
-"""Depth and alphabet sweeps of the lower-bound chapters: one model per grid point (a dict: ``kind``,
+"""Every model family against hop_k (the lower-bound chapters): one model per grid point (a dict: ``kind``,
 ``d_model``, ``depth``, ``lr``), built by :func:`recurrent_builder` or :func:`attention_builder`, trained with
-:func:`hoplib.train.fit` and measured with :func:`hoplib.evaluate.per_k_error`, in local worker processes."""
+:func:`hoplib.train.fit` and measured with :func:`hoplib.evaluate.per_k_error`; the stored sweeps read back
+(:func:`family_crossings`, :func:`capacity_runs`) and the book's headline figure (:func:`plot_headline`)."""
 
 from __future__ import annotations
 
