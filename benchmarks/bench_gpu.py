@@ -1,6 +1,6 @@
 """GPU training throughput on the paper's grid (Section 4.2, Appendix G): steps/s, TFLOP/s, share of bf16 peak.
 
-For every architecture of ``hoplib.training.sweep.grid("paper")`` (L = 2..6, (m, H) in {(128, 4), (256, 8)}, N = 100,
+For every architecture of ``hoplib.grids.grid("paper")`` (L = 2..6, (m, H) in {(128, 4), (256, 8)}, N = 100,
 batch 32, the authors' LayerNorm head, dropout 0.1; models built by ``RunConfig.init_model`` as the sweep
 builds them) it times real training steps of ``hoplib.train.fit`` (one model; bf16 autocast and, on CUDA,
 AdamW's fused kernel happen inside) and of ``hoplib.train.fit_ensemble`` (E stacked models), after a warm-up
@@ -14,8 +14,9 @@ Per measurement: steps/s per model, model-steps/s (= E x steps/s, summed over pr
 :func:`train_flops_per_step` (matrix products only) and that as a fraction of the GPU's dense bf16
 peak, both the datasheet's (``DATASHEET_BF16_TFLOPS``) and one measured here with a large bf16 matrix product.
 Then the paper grid's projected wall time (its runs x their steps / measured throughput): one run at a time
-(``hoplib.training.sweep`` without ``--ensemble``), one ensemble per architecture (``--ensemble``), and those ensembles
-in P processes (``--ensemble --shard i/P``; assumes every architecture slows down as much as the one measured).
+(``hoplib.grids`` without ``--ensemble``), one ensemble per architecture (``--ensemble``), and those ensembles
+in P processes at once (e.g. P tasks of an ``--ensemble --slurm`` array sharing a GPU; assumes every architecture
+slows down as much as the one measured).
 
 The results file is rewritten (atomically, with provenance) after every measurement, so a run stopped by a
 time limit keeps what it measured (``"complete": false``).
@@ -38,12 +39,12 @@ from pathlib import Path
 
 import torch
 
-from hoplib._book.device import get_device
-from hoplib._book.results import save_results
+from hoplib import grids
+from hoplib.device import get_device
+from hoplib.grids import Grid
 from hoplib.models import count_parameters
+from hoplib.results import save_results
 from hoplib.train import RunConfig, fit, fit_ensemble
-from hoplib.training import sweep
-from hoplib.training.sweep import Grid
 
 ROOT = Path(__file__).resolve().parents[1]
 # Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s from NVIDIA's datasheets (which quote sparse
@@ -232,7 +233,7 @@ def projection(grid: Grid, meas: list[dict]) -> dict:
         if kind == "fit" or all((kind, a, 1, 1) in rate for a in groups):
             out["one_at_a_time" + kind[3:]] = total([c.train.steps / rate[k] if (k := (kind, arch(c), 1, 1))
                                                      in rate else None for c in configs])
-    # A group of one model is trained by fit (hoplib.training.sweep routes it to train_run).
+    # A group of one model is trained by fit (hoplib.grids routes it to train_run).
     group_s = {a: (g[0].train.steps / rate[k] if (k := ("ensemble" if len(g) > 1 else "fit", a, len(g), 1)) in rate
                    else None) for a, g in groups.items()}
     out["ensemble_per_architecture"] = total(list(group_s.values()))
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         return worker(json.loads(a.worker))
     t_start = time.perf_counter()
     dev = get_device(a.device)
-    grid = TINY_GRID if a.tiny else sweep.grid("paper")
+    grid = TINY_GRID if a.tiny else grids.grid("paper")
     sizes = [int(v) for v in (a.ensembles or ("2" if a.tiny else "3,8")).split(",")]
     n_procs = [int(v) for v in (a.processes or ("2" if a.tiny else "2,4")).split(",")]
     warmup, target_s = (2, 0.2) if a.tiny else (20, 1.5)

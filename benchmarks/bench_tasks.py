@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hoplib._book.device import get_device
-from hoplib._book.results import save_results
+from hoplib.device import get_device
+from hoplib.results import save_results
 from hoplib.tasks import HopTask
 
 CHAPTER = Path(__file__).resolve().parents[1] / "chapters" / "hop_task.md"

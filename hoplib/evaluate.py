@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from hoplib._book.device import autocast, get_device
+from hoplib.device import autocast, get_device
 from hoplib.report import METRICS
 from hoplib.tasks import HopTask, find_k
 

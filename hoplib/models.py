@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib._book.validate import check_choice, check_int
+from hoplib.validate import check_choice, check_int
 
 # --------------------------------------------------------------------------- pluggable attention
 ATTENTIONS: dict[str, type[AttentionSpec]] = {}

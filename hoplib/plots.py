@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.text import Text
 
-from hoplib._book.validate import check_choice, check_int
 from hoplib.tasks import find, letters_to_str
+from hoplib.validate import check_choice, check_int
 
 BOOK_STYLE = {
     "figure.dpi": 110, "savefig.dpi": 200,

@@ -17,7 +17,7 @@ from urllib.request import urlopen
 import torch
 
 from hoplib import evaluate
-from hoplib._book.device import get_device
+from hoplib.device import get_device
 from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask
 
@@ -351,7 +351,7 @@ def decode_alignment(alignment: dict[str, Any]) -> torch.Tensor:
 
 def load_stored_results(root: str | os.PathLike | None = None) -> dict[str, Any]:
     """``{name: Stored}`` for every released model with a results file ``results/released/<name>.json``."""
-    from hoplib._book.results import load_stored
+    from hoplib.results import load_stored
 
     found = {n: load_stored(f"released/{n}.json", required=False, root=root) for n in RELEASED}
     return {n: s for n, s in found.items() if s is not None}

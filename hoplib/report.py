@@ -8,7 +8,6 @@ compares with ⌊log₂ k⌋ + 2 (Theorem 4.2), both at the book's one threshold
 from __future__ import annotations
 
 import ast
-import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from hoplib._book.results import Stored, load_stored, results_dir
 from hoplib.tasks import HopTask
 
 THRESHOLD = 0.1
@@ -237,69 +235,6 @@ def reach_table(groups: Mapping[str, Sequence[ErrorRecord]], threshold: float = 
     return {label: largest_solved(list(recs), threshold=threshold) for label, recs in groups.items()}
 
 
-def run_rows(run: str, rec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The tidy rows (:func:`records_from_table`'s input) of one complete training run record: one per (k, metric)."""
-    c = rec["config"]
-    labels = {"run": run, "depth": c["depth"], "d_model": c["d_model"], "heads": c["heads"],
-              "n_train": c.get("n_train"), "seed": c.get("seed", 0), "steps": c["steps"]}
-    return [{**labels, "k": int(k), "metric": metric, "error": float(e)}
-            for metric, key in (("paper", "per_k_error"), ("pooled", "per_k_error_pooled"))
-            for k, e in rec[key].items()]
-
-
-@dataclass(frozen=True)
-class StoredSweep:
-    """The finished runs of a stored training sweep ``results/training/<name>/`` (``missing``: runs not stored)."""
-
-    name: str
-    runs: tuple[Stored, ...]
-    missing: tuple[str, ...] = ()
-
-    @property
-    def configs(self) -> list[dict[str, Any]]:
-        return [s.record["config"] for s in self.runs]
-
-    @property
-    def task(self) -> HopTask:
-        from hoplib.train import RunConfig
-
-        return RunConfig.from_dict(self.configs[0]).task
-
-    def table(self) -> list[dict[str, Any]]:
-        """One tidy row per (run, k, metric) (:func:`run_rows`)."""
-        return [r for s in self.runs for r in run_rows(s.path.parent.name, s.record)]
-
-    def records(self, n_train: int | None | str = None, metric: str = "paper") -> list[ErrorRecord]:
-        """The errors of one training-set size (None: fresh samples) in one metric, as records."""
-        return [r for r in records_from_table(self.table(), n_train=n_train) if r.metric == metric]
-
-    def wall_time_s(self) -> float:
-        return float(sum(s.record["provenance"].get("wall_time_s", 0.0) for s in self.runs))
-
-    def provenance_html(self, summary: str = "Provenance") -> str:
-        """One collapsed ``<details>`` block: the sweep's folder and one provenance line per run."""
-        lines = "".join(f"<li><code>{html.escape(s.path.parent.name)}</code>: {html.escape(s.origin)}</li>"
-                        for s in self.runs)
-        gone = f"<p>not stored yet: {html.escape(', '.join(self.missing))}</p>" if self.missing else ""
-        return (f"<details><summary>{html.escape(summary)}: {len(self.runs)} stored runs in "
-                f"<code>results/training/{html.escape(self.name)}/</code></summary><ul>{lines}</ul>{gone}</details>")
-
-
-def reference_groups(grid: str, label: str = "transformer") -> tuple[dict[str, list[ErrorRecord]], StoredSweep]:
-    """The training chapter's stored transformers of grid ``grid`` (``results/training/<grid>/``, fresh
-    samples) as :func:`reach_table` groups, one per seed (``"<label>, seed <s>"``), and those runs."""
-    runs = [s for p in sorted((results_dir() / "training" / grid).glob("*/results.json"))
-            if (s := load_stored(f"training/{grid}/{p.parent.name}/results.json")).record.get("complete")
-            and s.record["config"]["n_train"] is None]
-    if not runs:
-        raise ValueError(f"no finished run of the {grid!r} sweep is stored under results/training/{grid}/")
-    sweep = StoredSweep(grid, tuple(runs))
-    groups = {f"{label}, seed {seed}": [ErrorRecord(label, r.depth, r.k, r.error, r.width, "paper", r.run)
-                                        for r in recs]
-              for seed, recs in records_by_seed(sweep.records()).items()}
-    return groups, sweep
-
-
 def plot_growth(kstar: Any, refs: Mapping[str, Mapping[int, float]], ax=None, *,
                 threshold: float = THRESHOLD):
     """The k where the error crosses ``threshold`` against depth, log scale: ``kstar`` (a DataFrame indexed by
@@ -342,7 +277,7 @@ def _formula_lines(ax, L: np.ndarray) -> None:
 def plot_families(crossings: Any, ax=None, *, threshold: float = THRESHOLD, formulas: bool = False):
     """The k where the error crosses ``threshold`` against depth, one line per family (the mean over seeds, a
     bar from the lowest to the highest seed): ``crossings`` as made by
-    :func:`hoplib.lower_bounds.sweep.family_crossings`. Families with one seed are drawn dashed; the legend
+    :func:`hoplib.lower_bounds.families.family_crossings`. Families with one seed are drawn dashed; the legend
     gives each family's seeds and, where ``crossings`` has an ``lr`` column, its learning rate (runs of one
     family at other rates reach other k); ``formulas``: with the grey lines of :func:`plot_growth`."""
     import matplotlib.pyplot as plt

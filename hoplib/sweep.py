@@ -113,9 +113,9 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
     unless ``overwrite``, which always starts afresh (it deletes the partial file). ``still_valid(i, point,
     result)``, if given, is asked of each resumed point: those it rejects (their inputs changed) run again.
     The output is checked before the first point (:func:`check_results_path`); a write that fails later raises
-    :class:`~hoplib._book.results.OutputError` saying what the partial file keeps.
+    :class:`~hoplib.results.OutputError` saying what the partial file keeps.
     """
-    from hoplib._book.results import check_results_path, exclusive
+    from hoplib.results import check_results_path, exclusive
 
     path = check_results_path(path, overwrite=overwrite)  # a folder, an existing file, no room: before any work
     with exclusive(path):  # a second process on the same file is refused, not raced
@@ -126,7 +126,7 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
 def _resumable(partial: Path, key: dict[str, Any], overwrite: bool) -> dict[int, Any]:
     """The finished points of ``partial`` if it belongs to ``key`` (points, parameters) and this code's commit;
     ``{}`` with ``overwrite`` (the file is deleted) or without a file; else a one-line ValueError."""
-    from hoplib._book.results import git_commit, read_json
+    from hoplib.results import git_commit, read_json
 
     if overwrite:  # --overwrite starts afresh: no point of an earlier run is reused
         partial.unlink(missing_ok=True)
@@ -154,7 +154,7 @@ def _resumable(partial: Path, key: dict[str, Any], overwrite: bool) -> dict[int,
 def _run_sweep(job: Job, points: Sequence[Any], path: Path, params: dict[str, Any], *, device: str,
                workers: int, overwrite: bool, executor: Any,
                still_valid: Callable[[int, Any, Any], bool] | None) -> list[Any]:
-    from hoplib._book.results import OutputError, save_results
+    from hoplib.results import OutputError, save_results
 
     if path.exists() and not overwrite:  # written by another process between the check and the lock
         raise ValueError(f"{path} exists; pass --overwrite to replace it")
@@ -195,22 +195,25 @@ def _run_sweep(job: Job, points: Sequence[Any], path: Path, params: dict[str, An
 
 
 def kept_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[str, Any], *, device: str = "cpu",
-               workers: int = 1) -> list[Any]:
-    """:func:`run_sweep` for a notebook that may be run again: the records stored in ``path`` when it already
-    holds this sweep (the same points and parameters), else the sweep run, resumed from the partial file of a
-    stopped one. ``path`` holding another sweep is refused (one line: move it away)."""
+               workers: int = 1, executor: Any = None, overwrite: bool = False) -> list[Any]:
+    """:func:`run_sweep` for a sweep that may be started again once finished (a notebook, a training grid): the
+    records stored in ``path`` when it already holds this sweep (the same points and parameters), else the sweep
+    run, resumed from the partial file of a stopped one. ``path`` holding another sweep is refused (one line:
+    move it away); ``overwrite`` runs the sweep afresh and replaces it."""
     path, params = Path(path), {**params, "points": list(points)}
-    if path.exists():
+    if path.exists() and not overwrite:
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
             same = stored["parameters"] == json.loads(json.dumps(params, default=str))
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path} is not a sweep's results file ({exc}); move it away to run the sweep") from exc
         if not same:
-            raise ValueError(f"{path} holds a sweep of other settings; move it away to run this one")
+            raise ValueError(f"{path} holds a sweep of other settings; move it away (or pass --overwrite) to run "
+                             "this one")
         print(f"read back {path.name}: the sweep finished before")
         return stored["data"]
-    return run_sweep(job, points, path, params, device=device, workers=workers)
+    return run_sweep(job, points, path, params, device=device, workers=workers, executor=executor,
+                     overwrite=overwrite)
 
 
 def points_done(points: Sequence[Any], path: str | Path, params: dict[str, Any]) -> int:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hoplib._book.device import get_device
-from hoplib._book.validate import check_int, check_int_array
+from hoplib.device import get_device
+from hoplib.validate import check_int, check_int_array
 
 NO_ANSWER = -1
 """The value :func:`hop` and :func:`find` return where there is no answer (the paper's ⊥)."""

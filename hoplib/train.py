@@ -23,8 +23,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib._book.device import autocast, get_device, seed_everything
-from hoplib._book.results import (
+from hoplib.device import autocast, get_device, seed_everything
+from hoplib.evaluate import per_k_error, per_k_errors, samples_per_k
+from hoplib.models import GPT, GPTConfig, GPTEnsemble, check_ids, count_parameters
+from hoplib.results import (
     FileLock,
     LockedError,
     atomic_write,
@@ -35,8 +37,6 @@ from hoplib._book.results import (
     read_json,
     take_lock,
 )
-from hoplib.evaluate import per_k_error, per_k_errors, samples_per_k
-from hoplib.models import GPT, GPTConfig, GPTEnsemble, check_ids, count_parameters
 from hoplib.tasks import HopTask
 
 CHECKPOINT_FORMAT = 2  # 2: with a sha256 checksum of the contents
@@ -679,7 +679,7 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.
 
 
 def _lock(out: Path) -> FileLock:
-    """Take ``out/.lock`` (:func:`~hoplib._book.results.take_lock`: atomic, taken over only from a process that
+    """Take ``out/.lock`` (:func:`~hoplib.results.take_lock`: atomic, taken over only from a process that
     is gone); :class:`RunConflictError` naming the process and its host while a live one holds it."""
     try:
         return take_lock(out / ".lock", out)

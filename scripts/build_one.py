@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hoplib._book.results import check_writable
+from hoplib.results import check_writable
 
 ROOT = Path(__file__).resolve().parent.parent
 LABEL = re.compile(r"^\(([\w-]+)\)=\s*$", re.M)

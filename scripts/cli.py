@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hoplib._book.device import get_device
-from hoplib._book.results import output_path
+from hoplib.device import get_device
+from hoplib.results import output_path
 from hoplib.sweep import slurm_executor
+from hoplib.validate import check_choice
 
 
 def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = None, *,
@@ -21,7 +22,7 @@ def run_cli(main: Callable[[list[str] | None], Any], argv: list[str] | None = No
     """Run ``main(argv)``; return 0, 2 for a user error (argparse, ``ValueError``, ``TypeError``,
     ``SystemExit("message")``: bad arguments, unusable or full output folders, files that exist, bad files), or 1
     for one of ``failures`` (e.g. a diverged training run) or an ``OSError`` in the middle of the work (a disk
-    that fills: :class:`~hoplib._book.results.OutputError` says what was kept), each printed as one line
+    that fills: :class:`~hoplib.results.OutputError` says what was kept), each printed as one line
     ``error: ...`` on stderr instead of a traceback."""
     try:
         main(argv)
@@ -62,24 +63,26 @@ def positive_int(value: str) -> int:
     return n
 
 
-def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str, slurm: bool = True) -> None:
-    """The options every stored-sweep command shares (checked by :func:`run_device`); ``slurm=False`` for a
-    command that runs no job arrays (it then has no ``--slurm``, rather than one it ignores)."""
+def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str | None) -> None:
+    """The options every stored-sweep command shares (checked by :func:`run_device`; ``--slurm`` and
+    ``--partition`` read by :func:`executor_from_args`); ``seed_help=None`` for a command without a seed."""
     parser.add_argument("--workers", type=int, default=1, help="CPU worker processes, one thread each")
-    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    if seed_help is not None:
+        parser.add_argument("--seed", type=int, default=0, help=seed_help)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results file")
-    if not slurm:
-        return
     parser.add_argument("--slurm", metavar="FOLDER", default=None,
                         help="submit the points as a Slurm job array (submitit), logs in FOLDER")
     parser.add_argument("--partition", default=None, help="Slurm partition (with --slurm)")
 
 
 def run_device(args: argparse.Namespace) -> str:
-    """The resolved device of :func:`add_run_options`; several local workers are for CPU runs only."""
+    """The resolved device of :func:`add_run_options` (with ``--slurm``, the device the array's nodes resolve:
+    not looked for on this machine); several local workers are for CPU runs only."""
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if getattr(args, "slurm", None):
+        return check_choice("--device", args.device, ("auto", "cpu", "cuda", "mps"))
     device = str(get_device(args.device))
     if args.workers > 1 and device != "cpu":
         raise ValueError("--workers > 1 is for CPU runs")

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from hoplib import models, released
-from hoplib._book.results import OutputError, check_writable, save_results
+from hoplib.results import OutputError, check_writable, save_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
 from cli import out_path, run_cli  # noqa: E402

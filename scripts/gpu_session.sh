@@ -6,10 +6,11 @@
 #   1. a record of the machine (GPU, driver, CUDA, torch) in $OUT/env.txt;
 #   2. benchmarks/bench_gpu.py for BENCH_S seconds (default 300): $OUT/bench_gpu_cuda.json, steps per second and
 #      the share of the GPU's bf16 peak (copy it to results/training/ to show it in the training appendix);
-#   3. with the time left, the paper sweep's shard SWEEP_SHARD (default 0/10: the first architecture group, L=2
-#      m=128, three regimes stacked) into $OUT/paper, stopped at the time box. Running the script again measures
-#      again (replacing the benchmark file) and resumes the shard from its checkpoints; to train the whole grid,
-#      resuming what is there: python scripts/run_training.py --grid paper --ensemble --out $OUT/paper.
+#   3. with the time left, the paper grid into $OUT/paper, one architecture group after another (the first: L=2,
+#      m=128, three regimes stacked), stopped at the time box. Running the script again measures again (replacing
+#      the benchmark file) and resumes the grid from its checkpoints; on a cluster the same grid runs as a Slurm
+#      job array: python scripts/run_training.py --grid paper --ensemble --device cuda --slurm runs/slurm \
+#      --out $OUT/paper.
 # $OUT defaults to .tmp/gpu_out. Other settings (environment): DEVICE (cuda), PYTHON (python3),
 # CHECKPOINT_EVERY (1000 steps), SOURCE_COMMIT (recorded as the benchmark's source commit where the checkout has
 # no .git). A dry run on a CPU: DEVICE=cpu BENCH_ARGS=--tiny CHECKPOINT_EVERY=2 TOTAL_S=150 PYTHON=python.
@@ -21,7 +22,6 @@ CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
 PY=${PYTHON:-python3}
 TOTAL_S=${TOTAL_S:-520}
 BENCH_S=${BENCH_S:-300}
-SWEEP_SHARD=${SWEEP_SHARD:-0/10}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if [ -n "${SOURCE_COMMIT:-}" ]; then export HOPLIB_SOURCE_COMMIT=$SOURCE_COMMIT; fi
@@ -39,8 +39,8 @@ timeout $((BENCH_S + 90)) "$PY" benchmarks/bench_gpu.py --device "$DEVICE" --bud
 
 left=$((TOTAL_S - (SECONDS - start) - 30))
 if [ "$left" -gt 60 ]; then
-  echo "== paper sweep, shard $SWEEP_SHARD, for ${left} s"
-  timeout "$left" "$PY" scripts/run_training.py --grid paper --ensemble --shard "$SWEEP_SHARD" --device "$DEVICE" \
+  echo "== paper grid, for ${left} s"
+  timeout "$left" "$PY" scripts/run_training.py --grid paper --ensemble --device "$DEVICE" \
     --no-progress --checkpoint-every "$CHECKPOINT_EVERY" --out "$OUT/paper" 2>&1 | tee "$OUT/sweep.log"
   echo "sweep exit status ${PIPESTATUS[0]} (124: stopped by its time box; rerunning resumes from the checkpoint)"
   "$PY" - "$OUT/paper" <<'EOF' 2>&1 | tee -a "$OUT/sweep.log"

@@ -30,10 +30,8 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import fcntl
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -382,7 +380,7 @@ def validate_parameters(md: Path, params: list[tuple[str, str]], source: Path) -
     """The ``-p NAME VALUE`` pairs checked, each failure one line before any work: names and types against
     papermill's inspection of the parameters cell (``source``: the chapter as a notebook), then the book's own
     checks: a profile the chapter defines and a device that is present. Returns the values and the profile."""
-    from hoplib._book.device import get_device
+    from hoplib.device import get_device
 
     specs = chapter_parameters(source)
     values: dict[str, object] = {}
@@ -417,27 +415,19 @@ def inside(out: Path, *names: str) -> Path:
     return path
 
 
-LOCK = ".notebooks-run.lock"
-
-
 @contextlib.contextmanager
 def locked(folder: Path):
-    """Hold an exclusive ``flock`` on ``folder/.notebooks-run.lock`` for a run; a second run on the same folder
-    (another process, another container on a shared disk) is refused in one line instead of waiting. The lock
-    goes with the process: nothing stale is left to take over after a crash."""
-    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
+    """Hold the book's one output lock on ``folder`` for a run (:func:`hoplib.results.exclusive`): a second run
+    on the same folder (another process, another container on a shared disk) is refused in one line instead of
+    waiting; the lock goes with the process, so nothing stale is left after a crash."""
+    from hoplib.results import LockedError, exclusive
+
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            raise RunError(f"another notebooks.py run ({holder}) is writing to {folder}; wait for it to end or "
-                           "choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+            held.enter_context(exclusive(folder))
+        except LockedError as exc:
+            raise RunError(f"another notebooks.py run: {exc}") from None
         yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def previous_run(final: Path, chapter: str) -> list[str]:
@@ -504,7 +494,7 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
         nbformat.write(jupytext.read(md, fmt="md:myst"), source)
         parameters, profile = validate_parameters(md, params, source)
         final = inside(out, chapter, profile)
-        from hoplib._book.results import check_writable
+        from hoplib.results import check_writable
 
         try:  # a file, read-only, no room: one line before a kernel starts
             check_writable(final)

@@ -90,9 +90,8 @@ def probes_training(tmp: Path) -> dict[str, str]:
     out["--eval-samples 0"] = _clear_cli(*_cli([*TRAIN, "--eval-samples", "0", "--out", str(tmp / "e")], tmp))
     out["--eval-seed -1"] = _clear_cli(*_cli([*TRAIN, "--eval-seed", "-1", "--out", str(tmp / "e2")], tmp))
     rc, err = _cli([sys.executable, str(ROOT / "scripts" / "run_training.py"), "--grid", "quick",
-                    "--out", str(tmp / "s"),
-                    "--shard", "2/1"], tmp)
-    out["sweep --shard 2/1"] = _clear_cli(rc, err)
+                    "--out", str(tmp / "s"), "--partition", "gpu"], tmp)
+    out["grid --partition without --slurm"] = _clear_cli(rc, err)
     return out
 
 
@@ -447,7 +446,7 @@ _TINY = ["--depth", "1", "--d-model", "16", "--heads", "2", "--seq-len", "8", "-
 
 def _probes_paths(tmp: Path) -> dict[str, str]:
     from hoplib._book.notebook import ChapterRun
-    from hoplib._book.results import check_writable
+    from hoplib.results import check_writable
     from hoplib.train import RunConfig, TrainConfig, train_run
 
     out: dict[str, str] = {}
@@ -483,14 +482,14 @@ def _probes_paths(tmp: Path) -> dict[str, str]:
 
 
 def _dies_holding(lock: str) -> None:
-    from hoplib._book.results import take_lock
+    from hoplib.results import take_lock
 
     take_lock(lock, "out")
     os._exit(0)  # killed while holding it: the file stays behind
 
 
 def _race(lock: str, barrier, outcomes) -> None:
-    from hoplib._book import results
+    from hoplib import results
 
     real = results._alive
 
@@ -511,7 +510,7 @@ def _race(lock: str, barrier, outcomes) -> None:
 
 
 def _probes_locks(tmp: Path) -> dict[str, str]:
-    from hoplib._book.results import LockedError, take_lock
+    from hoplib.results import LockedError, take_lock
 
     out: dict[str, str] = {}
     ctx, lock, winners = multiprocessing.get_context("fork"), str(tmp / ".race.lock"), []
@@ -538,7 +537,7 @@ def _probes_locks(tmp: Path) -> dict[str, str]:
         out["lock: a lock of a process on another host"] = ("clear error" if named and foreign.read_text() == record
                                                             else "unhelpful crash")
     held = tmp / ".held.lock"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from hoplib._book.results import take_lock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from hoplib.results import take_lock; "
                                f"held = take_lock({str(held)!r}, 'out'); print('held', flush=True); sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -621,9 +620,8 @@ def _probes_partials(tmp: Path) -> dict[str, str]:
 
 
 def _probes_data(tmp: Path) -> dict[str, str]:
-    from hoplib import report
-    from hoplib._book.results import load_stored
-    from hoplib.training import sweep
+    from hoplib import grids, report
+    from hoplib.results import load_stored
 
     out: dict[str, str] = {}
     root = tmp / "store"
@@ -644,7 +642,7 @@ def _probes_data(tmp: Path) -> dict[str, str]:
     config = {"depth": "1", "d_model": 16, "heads": 2, "seed": 0, "steps": 2, "n_train": None}
     (run / "results.json").write_text(json.dumps({"config": config, "complete": True, "per_k_error": {"1": 0.5},
                                                   "per_k_error_pooled": {"1": 0.5}}))
-    out['data: collect of a run with depth "1"'] = _raises_clear(lambda: sweep.collect(tmp / "collect"))
+    out['data: collect of a run with depth "1"'] = _raises_clear(lambda: grids.collect(tmp / "collect"))
     store, results = tmp / "results", ROOT / "results"
     (store / "training" / "depth").mkdir(parents=True)
     (store / "released").symlink_to(results / "released")
@@ -660,7 +658,7 @@ def _probes_data(tmp: Path) -> dict[str, str]:
     old = os.environ.get("HOPLIB_RESULTS")
     os.environ["HOPLIB_RESULTS"] = str(store)
     try:
-        kstar, _ = sweep.growth_points("depth")
+        kstar, _ = grids.growth_points("depth")
         out["data: growth_points with a NaN per_k_error"] = ("silent wrong" if kstar["k*"].isna().any()
                                                              else "correct")
     except (ValueError, TypeError) as exc:
@@ -735,7 +733,7 @@ def _probes_cli(tmp: Path) -> dict[str, str]:
         "run_training", [*_TINY, "--checkpoint-every", "0", "--out", str(tmp / "ck0")]))
     for extra in (["--steps", "0"], ["--steps", "50"]):
         out[f"cli: run_training --grid quick {' '.join(extra)}"] = _verdict(*_main_cli(
-            "run_training", ["--grid", "quick", "--shard", "5/6", "--no-progress", *extra, "--out", str(tmp / "g")]))
+            "run_training", ["--grid", "quick", "--no-progress", *extra, "--out", str(tmp / "g")], _grid=1))
     out["cli: run_efficient_attention --steps 0"] = _verdict(*_main_cli(
         "run_efficient_attention", ["--part", "alphabet", "--steps", "0", "--out", str(tmp / "ea")], run_part=1))
     out["cli: run_gnn --steps 0"] = _verdict(*_main_cli(
@@ -746,14 +744,14 @@ def _probes_cli(tmp: Path) -> dict[str, str]:
         out["cli: --slurm without Slurm"] = _raises_clear(lambda: slurm_executor(tmp / "logs"))
     finally:
         os.environ["PATH"] = old
-    out["cli: run_training --slurm (it runs no job arrays)"] = _verdict(*_main_cli(
+    out["cli: run_training --slurm for one run (a grid's option)"] = _verdict(*_main_cli(
         "run_training", [*_TINY, "--slurm", "logs", "--out", str(tmp / "sl")]))
     out["cli: kill -9 of a --workers 2 sweep"] = _workers_outlive(tmp / "kill")
     return out
 
 
 def _probes_tracebacks(tmp: Path) -> dict[str, str]:
-    from hoplib._book.results import load_stored
+    from hoplib.results import load_stored
 
     out: dict[str, str] = {}
     (tmp / "bad" / "L1").mkdir(parents=True)

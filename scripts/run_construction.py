@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from hoplib._book.results import OutputError, check_results_path, exclusive, save_results
 from hoplib.construction import precision_study
 from hoplib.construction.pointer_programs import search_programs
+from hoplib.results import OutputError, check_results_path, exclusive, save_results
 from hoplib.sweep import run_sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path

@@ -22,7 +22,7 @@ from typing import Any
 from run_rnn import matched_settings, run_part, sweep_parser
 
 from hoplib.lower_bounds import efficient_attention as attn
-from hoplib.lower_bounds import sweep
+from hoplib.lower_bounds import families
 from hoplib.models import gpt_for_task
 from hoplib.tasks import HopTask
 
@@ -74,12 +74,12 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 def depth_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The points and the job of a depth part (matched, features)."""
     task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
-    make_build = functools.partial(sweep.attention_builder, heads=s["heads"], n_features=s["n_features"],
+    make_build = functools.partial(families.attention_builder, heads=s["heads"], n_features=s["n_features"],
                                    window=s["window"], global_every=s["global_every"])
-    return sweep.grid_points(s), sweep.point_job(task, make_build, s, seed=seed, device=device)
+    return families.grid_points(s), families.point_job(task, make_build, s, seed=seed, device=device)
 
 
-def attention_point_builder(task: HopTask, heads: int) -> sweep.Builder:
+def attention_point_builder(task: HopTask, heads: int) -> families.Builder:
     """GPTs whose attention settings (window, global_every, n_features, feature_map) come with the point."""
     names = ("n_features", "window", "global_every", "feature_map")
 
@@ -96,7 +96,7 @@ def grid_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict]
     points = [{**a, "d_model": w, "depth": d, "lr": lr} for a in s["attentions"] for w in s["widths"]
               for d in s["depths"] for lr in s["lrs"]]
     make_build = functools.partial(attention_point_builder, heads=s["heads"])
-    return points, sweep.point_job(task, make_build, s, seed=seed, device=device)
+    return points, families.point_job(task, make_build, s, seed=seed, device=device)
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> Path:
     params = {"chapter": "efficient_attention", "part": args.part, "profile": args.profile, "device": device,
               "seed": args.seed}
     if args.part != "alphabet":
-        params |= {"alphabet_size": 4, "batch_size": sweep.BATCH_SIZE}
+        params |= {"alphabet_size": 4, "batch_size": families.BATCH_SIZE}
     return run_part(args, s, path, params, grid_sweep if args.part.endswith("_grid") else depth_sweep)
 
 

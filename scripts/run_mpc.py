@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hoplib._book.results import OutputError, check_results_path, exclusive, git_commit, load_stored, save_results
 from hoplib.mpc import layer_sim
+from hoplib.results import OutputError, check_results_path, exclusive, git_commit, load_stored, save_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
 from cli import out_path, run_cli  # noqa: E402
@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     params = {"ns": ns, "deltas": deltas, "width": WIDTH, "heads": HEADS, "causal": True,
               "seed": args.seed}
     check_results_path(args.out, overwrite=True)  # not a folder; its folder writable, with room: before work
+    run = {"layer-regime": _layer_regime}[args.what]  # the one stored run of this command so far
     with exclusive(args.out):  # a second process on the same file is refused, not raced
-        _layer_regime(args, ns, deltas, params)
+        run(args, ns, deltas, params)
 
 
 def _layer_regime(args: argparse.Namespace, ns: list[int], deltas: list[float], params: dict) -> None:

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hoplib.lower_bounds import sweep
+from hoplib.lower_bounds import families
 from hoplib.sweep import map_points, run_sweep
 from hoplib.tasks import HopTask
 
@@ -44,7 +44,7 @@ def matched_settings(grid: str, kinds: list[str], depths: list[int]) -> dict[str
     """The task and recipe of the training chapter's grid ``grid`` (N, k, steps, learning rate, warm-up,
     width, heads, test samples) for ``kinds`` at ``depths``: the tuning effort of its stored transformers;
     ``"grid"`` names the folder of ``results/training/`` that holds them."""
-    from hoplib.training.sweep import GRIDS, stored_folder
+    from hoplib.grids import GRIDS, stored_folder
 
     g = GRIDS[grid]
     s = g.settings
@@ -123,7 +123,7 @@ def alphabet_points(s: dict[str, Any]) -> list[dict[str, Any]]:
 
 def alphabet_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The points and the job of the alphabet part."""
-    return alphabet_points(s), functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+    return alphabet_points(s), functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
 
 
 def alphabet_run(s: dict[str, Any], *, seed: int, device: str, workers: int) -> list[dict]:
@@ -141,7 +141,7 @@ def state_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[d
     n, width = s["reference"]
     points = [state_point(n, s, kind, width, lr) for kind in s["kinds"] for lr in s["lrs"]]
     points += [state_point(n, s, "transformer", s["transformer_width"], lr) for lr in s["lrs"]]
-    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
 
 
 def chosen_lrs(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -161,7 +161,7 @@ def state_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
     if s["transformer_width"] is not None:  # part state: the transformer at its one width
         points += [state_point(n, s, "transformer", s["transformer_width"], lr["transformer"])
                    for n in s["lengths"]]
-    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
 
 
 def capacity_point(s: dict[str, Any], kind: str, model: dict[str, Any], lr: float) -> dict[str, Any]:
@@ -173,7 +173,7 @@ def capacity_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[lis
     """Every family at its reference width with every learning rate of the grid."""
     points = [capacity_point(s, kind, m, lr) for kind, models in s["models"].items() for m in models
               if size(m) == s["reference"][kind] for lr in s["lrs"]]
-    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
 
 
 def edge_points(s: dict[str, Any], picked: dict[str, float]) -> list[dict[str, Any]]:
@@ -190,7 +190,7 @@ def size(model: dict[str, Any]) -> int:
 
 def capacity_edge_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The rates beyond the grid's ends, for the families picked there (``s["lr_by_kind"]``)."""
-    return edge_points(s, s["lr_by_kind"]), functools.partial(sweep.alphabet_point, settings=s, seed=seed,
+    return edge_points(s, s["lr_by_kind"]), functools.partial(families.alphabet_point, settings=s, seed=seed,
                                                               device=device)
 
 
@@ -198,7 +198,7 @@ def capacity_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[d
     """Every model of every family with the family's chosen rate (``s["lr_by_kind"]``)."""
     points = [capacity_point(s, kind, m, s["lr_by_kind"][kind]) for kind, models in s["models"].items()
               for m in models]
-    return points, functools.partial(sweep.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
 
 
 def equal_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
@@ -215,8 +215,8 @@ def equal_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
 def depth_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The points and the job of a depth part (training, matched)."""
     task = HopTask(seq_len=s["seq_len"], alphabet_size=4, max_hops=s["max_hops"])
-    make_build = functools.partial(sweep.recurrent_builder, heads=s.get("heads", HEADS))
-    return sweep.grid_points(s), sweep.point_job(task, make_build, s, seed=seed, device=device)
+    make_build = functools.partial(families.recurrent_builder, heads=s.get("heads", HEADS))
+    return families.grid_points(s), families.point_job(task, make_build, s, seed=seed, device=device)
 
 
 def sweep_parser(doc: str, profiles: dict[str, Any], parts: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -266,9 +266,9 @@ def main(argv: list[str] | None = None) -> Path:
                  "state_long": ("state_lr", chosen_lrs),
                  "capacity": ("capacity_lr", chosen_lrs),
                  "capacity_lr_edge": ("capacity_lr", chosen_lrs),
-                 "equal": ("equal_lr", lambda rows: {r["kind"]: r["lr"] for r in sweep.best_lr(rows)})}
+                 "equal": ("equal_lr", lambda rows: {r["kind"]: r["lr"] for r in families.best_lr(rows)})}
     if args.part in picked_by:  # each family's rate, read from the stored seed-0 run that picked it
-        from hoplib._book.results import load_stored
+        from hoplib.results import load_stored
 
         name, pick = picked_by[args.part]
         rows = load_stored(f"rnn/{args.profile}/{name}.json", root=args.out).data
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> Path:
             rows = rows + load_stored(f"rnn/{args.profile}/capacity_lr_edge.json", root=args.out).data
         s["lr_by_kind"] = pick(rows)
     if not args.part.startswith(("alphabet", "state", "capacity")):  # the depth parts: four letters
-        params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": sweep.BATCH_SIZE}
+        params |= {"alphabet_size": 4, "heads": HEADS, "batch_size": families.BATCH_SIZE}
     return run_part(args, s, path, params, depth_sweep)
 
 

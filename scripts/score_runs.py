@@ -27,7 +27,7 @@ from hoplib.sweep import run_sweep
 from hoplib.train import RunConfig, read_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
-from cli import add_run_options, out_path, run_cli, run_device  # noqa: E402
+from cli import add_run_options, executor_from_args, out_path, run_cli, run_device  # noqa: E402
 
 
 def sequence_errors(model: torch.nn.Module, config: RunConfig, k: int) -> list[float]:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("folder", help="a stored sweep folder, e.g. results/training/depth")
     p.add_argument("--out", type=out_path, required=True, help="results file to write")
-    add_run_options(p, seed_help="unused (the runs' own test seeds are used)", slurm=False)
+    add_run_options(p, seed_help=None)  # no seed: the runs' own test seeds are used
     args = p.parse_args(argv)
     folder = Path(args.folder)
     if not folder.is_dir():
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> Path:
     runs = complete_runs(folder)
     if not runs:
         p.error(f"{folder} holds no complete run")
-    device = run_device(args)
+    device, executor = run_device(args), executor_from_args(args)
     params = {"folder": folder.as_posix(), "runs": runs}
     job = _Job(folder.as_posix())
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> Path:
         return all(r.get("model_sha256") == model_sha256(folder, run) for r in rows)
 
     run_sweep(job, runs, args.out, params, device=device, workers=args.workers, overwrite=args.overwrite,
-              still_valid=same_model)
+              executor=executor, still_valid=same_model)
     return Path(args.out)
 
 

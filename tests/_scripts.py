@@ -18,3 +18,29 @@ def load_script(name: str) -> ModuleType:
         return module
     finally:
         sys.path.remove(str(SCRIPTS))
+
+
+class _Parsed(Exception):
+    pass
+
+
+def parser_of(name: str):
+    """The ``argparse`` parser that ``scripts/<name>.py``'s ``main`` builds, caught at its ``parse_args`` before
+    any work."""
+    import argparse
+
+    module, seen = load_script(name), []
+
+    def parse_args(self, *args, **kwargs):
+        seen.append(self)
+        raise _Parsed
+
+    original = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = parse_args
+    try:
+        module.main([])
+    except _Parsed:
+        return seen[0]
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    raise AssertionError(f"scripts/{name}.py's main parsed no arguments")

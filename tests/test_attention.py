@@ -350,18 +350,18 @@ def test_a_sweep_point_with_efficient_attention_checks_its_ids_once_not_at_every
 
     import hoplib.models
     import hoplib.train
-    from hoplib.lower_bounds import sweep
+    from hoplib.lower_bounds import families
 
     calls = []
     for module in (hoplib.models, hoplib.train):
         monkeypatch.setattr(module, "check_ids", lambda *a, check=module.check_ids: calls.append(1) or check(*a))
-    build = functools.partial(sweep.attention_builder, heads=2, n_features=8, window=3, global_every=4)
+    build = functools.partial(families.attention_builder, heads=2, n_features=8, window=3, global_every=4)
     point = {"kind": kind, "d_model": 16, "depth": 1, "lr": 1e-3}
 
     def checks(steps: int) -> int:
         calls.clear()
         settings = {"steps": steps, "warmup_steps": 1, "batch_size": 8, "n_samples": 8}
-        sweep.measure_point(0, point, TASK, build, settings)
+        families.measure_point(0, point, TASK, build, settings)
         return len(calls)
 
     assert checks(30) == checks(10) > 0

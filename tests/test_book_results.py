@@ -1,4 +1,4 @@
-"""Tests of hoplib._book.results: where the stored results live, and reading one with its provenance."""
+"""Tests of hoplib.results: where the stored results live, and reading one with its provenance."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from hoplib._book import results
-from hoplib._book.results import save_results
+from hoplib import results
+from hoplib.results import save_results
 
 
 @pytest.fixture

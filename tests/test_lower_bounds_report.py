@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 
-from hoplib import report
+from hoplib import grids, report
 from hoplib.report import ErrorRecord  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def test_reach_stops_at_the_first_k_above_the_threshold():
 
 
 def test_reference_groups_read_the_training_chapters_stored_transformers_per_seed():
-    groups, runs = report.reference_groups("medium")
+    groups, runs = grids.reference_groups("medium")
     assert list(groups) == ["transformer, seed 0", "transformer, seed 1"]
     assert {c["n_train"] for c in runs.configs} == {None}
     assert all(r.family == "transformer" and r.width == 64 for recs in groups.values() for r in recs)

@@ -189,7 +189,7 @@ def test_two_runs_on_one_folder_at_once_the_second_is_refused_and_the_first_keep
     finally:
         release.set()
         thread.join(60)
-    assert code == 2 and err.count("\n") == 1 and "another notebooks.py run (pid" in err
+    assert code == 2 and err.count("\n") == 1 and "another notebooks.py run: " in err and "live process" in err
     assert len(calls) == 1, "the second run started no kernel"
     folder = tmp_path / "hop_task" / "quick"
     assert outcome == [folder / "hop_task.ipynb"]
@@ -205,7 +205,7 @@ def test_the_lock_refuses_another_process(tmp_path):
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(notebooks.RunError, match=f"another notebooks.py run \\(pid {holder.pid} on "):
+        with pytest.raises(notebooks.RunError, match=f"another notebooks.py run: .* live process {holder.pid} on "):
             with notebooks.locked(tmp_path):
                 pass
     finally:

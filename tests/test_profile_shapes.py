@@ -11,9 +11,8 @@ import re
 import pytest
 import torch
 
-from hoplib import costs
+from hoplib import costs, grids
 from hoplib._book import profiles as P
-from hoplib.training import sweep
 
 TABLES = {c: P.chapter_profiles(c) for c in P.TRAINING_CHAPTERS + P.OTHER_CHAPTERS}
 SHAPES = {}  # (chapter, key) -> job, one per shape over both profiles
@@ -70,18 +69,18 @@ def _numbers(out) -> list[float]:
 
 @pytest.mark.parametrize("name", ["gpu", "paper"])
 def test_the_training_grids_train_as_width_ensembles_for_one_step(tmp_path, name):
-    g = sweep.grid(name).cut(1)
-    g = sweep.Grid(g.depths, g.widths, g.n_trains, g.seeds, {**g.settings, "batch_size": 2, "eval_samples": 8},
+    g = grids.grid(name).cut(1)
+    g = grids.Grid(g.depths, g.widths, g.n_trains, g.seeds, {**g.settings, "batch_size": 2, "eval_samples": 8},
                    g.exclude)
-    rows = sweep.run_sweep(g, tmp_path, device="cpu", progress=False, ensemble="width")
-    assert {(r["run"]) for r in rows} == {sweep.run_name(c) for c in g.configs()}
+    rows = grids.train_grid(g, tmp_path, device="cpu", progress=False, ensemble="width")
+    assert {(r["run"]) for r in rows} == {grids.run_name(c) for c in g.configs()}
     assert all(math.isfinite(r["error"]) for r in rows)
 
 
 def test_a_gpt_step_is_counted_at_the_standard_matrix_product_flops():
     from hoplib.train import fit
 
-    c = sweep.grid("paper").configs()[0].replace(batch_size=2, warmup_steps=1)
+    c = grids.grid("paper").configs()[0].replace(batch_size=2, warmup_steps=1)
     step = costs.per_step(lambda n: fit(c.init_model(), c.task, c.replace(steps=n).train, device="cpu",
                                         progress=False))
     m, t, layers = c.d_model, c.task.length, c.depth  # 2 * (12 m^2 weights) per token, 4 B T^2 m attention

@@ -82,15 +82,15 @@ def test_protocols_validate_their_inputs():
 
 
 def _attention_sweep(task, kinds, depths, seed=0, **attention):
-    from hoplib.lower_bounds import sweep
+    from hoplib.lower_bounds import families
 
     settings = {"steps": attention.pop("steps", 3), "warmup_steps": 1, "n_samples": attention.pop("n_samples", 4)}
     points = [{"kind": kind, "depth": d, "d_model": 16, "lr": 1e-3} for kind in kinds for d in depths]
     spec = {"n_features": None, "window": None, "global_every": None, **attention}
 
     def build(t):
-        return sweep.attention_builder(t, 2, **spec)
-    return sweep.sweep_points(task, points, settings, build, seed=seed, device="cpu")
+        return families.attention_builder(t, 2, **spec)
+    return families.sweep_points(task, points, settings, build, seed=seed, device="cpu")
 
 
 def test_attention_sweep_records_feed_the_depth_report():

@@ -317,7 +317,7 @@ def test_released_depth2_model_has_table3_parameters_and_matches_huggingface():
 
 # --------------------------------------------------------------------------- summaries of stored results
 def test_load_stored_results_finds_files_by_model_name(tmp_path):
-    from hoplib._book.results import save_results
+    from hoplib.results import save_results
 
     save_results(tmp_path / "released" / "width4-depth3.json", {"errors": {}}, {}, "cpu")
     (tmp_path / "released" / "unrelated.json").write_text("{}")

@@ -15,10 +15,10 @@ import torch
 from _scripts import load_script as _script
 
 from hoplib import report, train
-from hoplib._book.results import atomic_write_text, load_stored, save_results
 from hoplib.evaluate import per_k_error
 from hoplib.lower_bounds import communication, gnn, graphs
 from hoplib.models import GPT, GPTConfig
+from hoplib.results import atomic_write_text, load_stored, save_results
 from hoplib.tasks import HopTask, hop
 from hoplib.train import RunConfig, RunConflictError, TrainConfig, finished_results, read_record, train_run
 
@@ -366,7 +366,7 @@ class TestADiskThatFillsMidRunSaysWhatWasKept:
         assert _cli(argv).returncode == 0 and read_record(tmp_path / "run" / "results.json")["complete"] is True
 
     def test_the_sweep_runner_says_what_the_partial_file_keeps(self, tmp_path, monkeypatch):
-        from hoplib._book import results
+        from hoplib import results
         from hoplib.sweep import run_sweep
 
         real, calls = results.atomic_write_text, []
@@ -384,7 +384,7 @@ class TestADiskThatFillsMidRunSaysWhatWasKept:
         assert run_sweep(_square, [1, 2, 3, 4], tmp_path / "sweep.json", {"p": 1}) == [1, 4, 9, 16]
 
     def test_workers_start_no_further_point_after_a_failed_save(self, tmp_path, monkeypatch):
-        from hoplib._book import results
+        from hoplib import results
         from hoplib.sweep import run_sweep
 
         def full(path, text):
@@ -456,7 +456,7 @@ class TestSweepsResumeAndNeverReplace:
         assert run_sweep(_inverse, [1, 2], path, {"p": 2}, overwrite=True) == [1.0, 0.5]
 
     def test_a_second_process_on_one_results_file_is_refused_before_work(self, tmp_path):
-        from hoplib._book.results import LockedError
+        from hoplib.results import LockedError
         from hoplib.sweep import run_sweep
 
         path = tmp_path / "sweep.json"

@@ -20,15 +20,14 @@ import pytest
 import torch
 from _scripts import load_script
 
-from hoplib import report
-from hoplib._book import results as store
+from hoplib import grids, report
+from hoplib import results as store
 from hoplib._book.notebook import ChapterRun
-from hoplib._book.results import LockedError, check_writable, exclusive, load_stored, save_results, take_lock
 from hoplib.construction import count_errors, hop_transformer
+from hoplib.results import LockedError, check_writable, exclusive, load_stored, save_results, take_lock
 from hoplib.sweep import run_sweep, slurm_executor
 from hoplib.tasks import HopTask
 from hoplib.train import RunConfig, TrainConfig, train_run
-from hoplib.training import sweep as training_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--depth", "1", "--d-model", "16", "--heads", "2", "--seq-len", "8", "--max-hops", "1", "--steps", "4",
@@ -60,7 +59,7 @@ class TestNoPathLeavesTheOutputFolder:
         config = RunConfig(depth=1, d_model=16, heads=2, seq_len=8, max_hops=1,
                            train=TrainConfig(steps=2, warmup_steps=1, eval_samples=4))
         for call in (lambda: train_run(config, "", device="cpu", progress=False), lambda: check_writable(""),
-                     lambda: training_sweep.run_sweep("quick", "", shard=(5, 6), progress=False)):
+                     lambda: grids.train_grid("quick", "", progress=False)):
             with pytest.raises(ValueError, match="must name a file or folder"):
                 call()
         assert list(tmp_path.iterdir()) == []
@@ -132,7 +131,7 @@ class TestOneLockHeldByOneProcess:
     def test_a_live_holder_whose_pid_this_process_cannot_see_is_refused(self, tmp_path):
         """A process of another PID namespace (a container on this machine): its PID means nothing here."""
         lock = tmp_path / ".lock"
-        holder = subprocess.Popen([sys.executable, "-c", "import sys; from hoplib._book.results import take_lock; "
+        holder = subprocess.Popen([sys.executable, "-c", "import sys; from hoplib.results import take_lock; "
                                    f"held = take_lock({str(lock)!r}, 'out'); print('held', flush=True); "
                                    "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
@@ -280,7 +279,7 @@ class TestTheStoreReadsOnlyWhatItWrites:
         hit.write_text(json.dumps(record))
         monkeypatch.setenv("HOPLIB_RESULTS", str(tmp_path))
         with pytest.raises(ValueError, match=f"{runs[0].parent.name}/results.json is not strict JSON"):
-            training_sweep.growth_points("depth")
+            grids.growth_points("depth")
 
     def test_collect_refuses_a_depth_that_is_a_string(self, tmp_path):
         run = tmp_path / "L1_m16_H2_ninf_s0"
@@ -291,7 +290,7 @@ class TestTheStoreReadsOnlyWhatItWrites:
         (run / "results.json").write_text(json.dumps({"config": {**config, "depth": "1"}, "complete": True,
                                                       "per_k_error": errors, "per_k_error_pooled": errors}))
         with pytest.raises(ValueError, match=r"results.json: config.depth must be an integer, got '1'"):
-            training_sweep.collect(tmp_path)
+            grids.collect(tmp_path)
 
 
 # --------------------------------------------------------------------------- 5. construction inputs
@@ -323,10 +322,11 @@ class TestCommandLineFaults:
         assert _one_line(err) and "--checkpoint-every" in err and "at least 1" in err
         assert not (tmp_path / "r").exists()
 
-    def test_settings_a_grid_would_ignore_are_refused(self, tmp_path, capsys):
+    def test_settings_a_grid_would_ignore_are_refused(self, tmp_path, monkeypatch, capsys):
         rt = load_script("run_training")
+        monkeypatch.setattr(rt.grids, "train_grid", lambda *a, **k: pytest.fail("the grid started"))
         for extra in (["--steps", "0"], ["--steps", "50"], ["--lr", "1e-2"], ["--seed", "3"]):
-            argv = ["--grid", "quick", "--shard", "5/6", "--no-progress", *extra, "--out", str(tmp_path / "g")]
+            argv = ["--grid", "quick", "--no-progress", *extra, "--out", str(tmp_path / "g")]
             assert rt.cli(argv) == 2
             err = capsys.readouterr().err
             assert _one_line(err) and extra[0] in err and "single run" in err
@@ -348,11 +348,10 @@ class TestCommandLineFaults:
             slurm_executor(tmp_path / "logs")
         with pytest.raises(ValueError, match="Slurm is not available|needs the submitit package"):
             load_script("cli").executor_from_args(Namespace(slurm=str(tmp_path / "logs"), partition=None))
-        for script in ("run_training", "score_runs"):  # no job arrays: no --slurm to ignore
-            argv = [*(TINY if script == "run_training" else [str(tmp_path)]), "--slurm", "logs", "--out",
-                    str(tmp_path / "o")]
-            assert load_script("cli").run_cli(load_script(script).main, argv) == 2
-            assert "unrecognized arguments: --slurm" in capsys.readouterr().err
+        argv = [*TINY, "--slurm", "logs", "--out", str(tmp_path / "o")]  # one run: no job array to submit
+        assert load_script("cli").run_cli(load_script("run_training").main, argv) == 2
+        assert "--slurm: for the runs of a grid" in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()
 
     @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
     def test_workers_die_with_a_killed_sweep(self, tmp_path):

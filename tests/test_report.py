@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from hoplib import report
-from hoplib._book.results import results_dir
 from hoplib.evaluate import errors_from_predictions
 from hoplib.report import (
     ErrorRecord,
@@ -20,6 +19,7 @@ from hoplib.report import (
     records_from_table,
     smallest_depth,
 )
+from hoplib.results import results_dir
 from hoplib.tasks import HopTask
 
 matplotlib.use("Agg")
@@ -171,8 +171,8 @@ def test_group_plot_keeps_the_colours_it_is_given_and_can_leave_the_legend_out()
 
 
 def test_family_crossings_are_the_interpolated_crossings_of_the_stored_errors():
-    from hoplib._book.results import load_stored
-    from hoplib.lower_bounds.sweep import family_crossings
+    from hoplib.lower_bounds.families import family_crossings
+    from hoplib.results import load_stored
 
     cross = family_crossings()
     assert set(cross["family"]) == {"transformer", "gru", "lstm", "mamba", "performer", "longformer"}
@@ -202,7 +202,7 @@ def test_family_plot_draws_each_family_in_its_book_colour_with_its_seed_count():
 
 def test_headline_figure_has_both_panels_and_is_legible_at_the_page_width():
     from hoplib import plots
-    from hoplib.lower_bounds.sweep import plot_headline
+    from hoplib.lower_bounds.families import plot_headline
 
     fig = plot_headline()
     assert len(fig.axes) == 2

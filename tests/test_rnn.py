@@ -187,12 +187,12 @@ def test_count_parameters_counts_trainable_weights():
 
 # --------------------------------------------------------------------------- the chapter's sweep
 def _sweep(task, kinds, depths, seed=0, workers=1):
-    from hoplib.lower_bounds import sweep
+    from hoplib.lower_bounds import families
 
     settings = {"kinds": kinds, "depths": depths, "widths": [8], "lrs": [1e-3], "steps": 3,
                 "warmup_steps": 1, "n_samples": 4}
-    return sweep.sweep_points(task, sweep.grid_points(settings), settings, sweep.recurrent_builder, seed=seed,
-                              device="cpu", workers=workers)
+    return families.sweep_points(task, families.grid_points(settings), settings, families.recurrent_builder, seed=seed,
+                                 device="cpu", workers=workers)
 
 
 def test_depth_sweep_returns_one_record_per_model_and_k():

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import hoplib
-from hoplib._book import device, notebook, results
+from hoplib import device, results
+from hoplib._book import notebook
 from hoplib.tasks import HopTask, hop_reference
 
 

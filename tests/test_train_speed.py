@@ -175,13 +175,13 @@ def test_an_ensemble_of_one_width_and_several_depths_trains_like_separate_runs()
 
 
 def test_a_width_ensemble_sweep_groups_every_depth_of_a_width_and_records_each_run(tmp_path):
-    from hoplib.training.sweep import GRIDS, Grid, _arch, run_name, run_sweep
+    from hoplib.grids import GRIDS, Grid, _arch, run_name, train_grid
 
     paper = GRIDS["paper"].configs()
     assert len({_arch(c, True) for c in paper}) == 10 and len({_arch(c, "width") for c in paper}) == 2
     grid = Grid(depths=(1, 2), widths=((16, 2),), seeds=(0, 1),
                 settings=dict(seq_len=12, max_hops=2, steps=3, batch_size=8, warmup_steps=1, eval_samples=10))
-    table = run_sweep(grid, tmp_path, device="cpu", progress=False, ensemble="width")
+    table = train_grid(grid, tmp_path, device="cpu", progress=False, ensemble="width")
     for c in grid.configs():
         rec = train.read_record(tmp_path / run_name(c) / "results.json")
         assert rec["complete"] and rec["config"] == c.to_dict() and rec["model"]["depth"] == c.depth

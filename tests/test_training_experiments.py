@@ -1,4 +1,4 @@
-"""Tests of the training chapter's stored sweeps read back (hoplib.training.sweep) and the depth formulas and
+"""Tests of the training chapter's stored sweeps read back (hoplib.grids) and the depth formulas and
 per-seed reach of hoplib.report that the chapter asserts with."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ import shutil
 
 import pytest
 
-from hoplib import models, report
-from hoplib._book.results import results_dir
+from hoplib import grids, models, report
 from hoplib.report import ErrorRecord
-from hoplib.training import sweep
+from hoplib.results import results_dir
 
 
 def test_depth_formulas_agree_exactly_at_powers_of_two():
@@ -23,7 +22,7 @@ def test_depth_formulas_agree_exactly_at_powers_of_two():
 
 
 def test_stored_cpu_sweep_loads_from_its_folder_with_provenance():
-    med = sweep.load_stored_sweep("cpu")  # stored under results/training/medium/
+    med = grids.load_stored_sweep("cpu")  # stored under results/training/medium/
     assert len(med.runs) == 8 and med.missing == ()  # depths 2-5, seeds 0 and 1
     assert (med.task.seq_len, med.task.max_hops) == (64, 8)
     recs = med.records()
@@ -33,24 +32,24 @@ def test_stored_cpu_sweep_loads_from_its_folder_with_provenance():
     assert "results/training/medium/" in html
     assert html.startswith("<details>") and all(s.path.parent.name in html for s in med.runs)
     assert med.wall_time_s() == pytest.approx(sum(s.record["provenance"]["wall_time_s"] for s in med.runs))
-    assert len(sweep.load_stored_sweep("small").records(n_train=250)) == 2 * 5
+    assert len(grids.load_stored_sweep("small").records(n_train=250)) == 2 * 5
 
 
 def test_a_partly_stored_sweep_lists_its_missing_runs(tmp_path, monkeypatch):
     src = results_dir() / "training" / "medium" / "L2_m64_H4_ninf_s0"
     shutil.copytree(src, tmp_path / "training" / "medium" / src.name)
     monkeypatch.setenv("HOPLIB_RESULTS", str(tmp_path))
-    med = sweep.load_stored_sweep("cpu")
+    med = grids.load_stored_sweep("cpu")
     assert len(med.runs) == 1 and len(med.missing) == 7 and "L5_m64_H4_ninf_s0" in med.missing
     assert "not stored yet" in med.provenance_html()
     with pytest.raises(ValueError, match="small"):
-        sweep.load_stored_sweep("small")
+        grids.load_stored_sweep("small")
 
 
 def test_published_errors_and_the_papers_table_3():
-    pub = report.error_table(sweep.published(heads=4), metric="pooled")
+    pub = report.error_table(grids.published(heads=4), metric="pooled")
     assert sorted(pub) == [2, 3, 4, 5, 6] and pub[6][16] == pytest.approx(0.062, abs=5e-4)
-    task = sweep.grid("paper").configs()[0].task
+    task = grids.grid("paper").configs()[0].task
     counts = [models.count_parameters(models.authors_gpt(task, depth=d, d_model=128, heads=4)) for d in (2, 6)]
     assert counts == [413_440, 1_206_528]
 

@@ -1,4 +1,2 @@
-"""Private plumbing of the book (not a chapter): chapter start-up, provenance of results files, device choice,
-argument validation, and where the stored results live. Chapters and the library's parts import it; it imports
-no part of the book.
-"""
+"""A chapter's start (:mod:`~hoplib._book.notebook`: profile, device, seed, style, ``glue``) and the chapters'
+profiles as data with what they cost (:mod:`~hoplib._book.profiles`): what the pages need, not the library."""

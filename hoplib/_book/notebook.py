@@ -14,9 +14,9 @@ from typing import Any
 import torch
 
 import hoplib
-from hoplib._book.device import get_device, seed_everything
-from hoplib._book.results import plain_name, save_results
-from hoplib._book.validate import check_choice
+from hoplib.device import get_device, seed_everything
+from hoplib.results import plain_name, save_results
+from hoplib.validate import check_choice
 
 
 @dataclass

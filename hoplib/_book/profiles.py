@@ -38,7 +38,7 @@ class _Stop(Exception):
 
 
 def _chapter_path(chapter: str) -> Path:
-    from hoplib._book.results import results_dir
+    from hoplib.results import results_dir
 
     return results_dir().parent / "chapters" / f"{chapter}.md"
 
@@ -99,11 +99,11 @@ def _merge(jobs: list[Job]) -> list[Job]:
 
 
 def _training_jobs(s: dict[str, Any]) -> list[Job]:
+    from hoplib import grids
     from hoplib.train import train_run
-    from hoplib.training import sweep
 
     jobs = []
-    for c in sweep.grid(s["grid"]).configs():
+    for c in grids.grid(s["grid"]).configs():
         data = "fresh" if c.train.n_train is None else f"n{c.train.n_train}"
         key = (f"gpt L{c.depth} m{c.d_model} H{c.heads} N{c.seq_len} a{c.alphabet_size} k{c.max_hops} {c.head} "
                f"p{c.dropout:g} {data}")
@@ -114,17 +114,17 @@ def _training_jobs(s: dict[str, Any]) -> list[Job]:
             with tempfile.TemporaryDirectory() as tmp:
                 return train_run(short, tmp, device="cpu", progress=False, checkpoint_every=None)
 
-        group = repr(sweep._arch(c, s["ensemble"])) if s.get("ensemble") else None  # as run_sweep groups them
+        group = repr(grids._arch(c, s["ensemble"])) if s.get("ensemble") else None  # as train_grid groups them
         jobs.append(Job("training", key, 1, c.train.steps, c.train.batch_size, run, group))
     return _merge(jobs)
 
 
 def _point_jobs(chapter: str, s: dict[str, Any], points: list[dict], make_build: Callable, prefix: str) -> list[Job]:
-    from hoplib.lower_bounds import sweep
+    from hoplib.lower_bounds import families
     from hoplib.tasks import HopTask
 
     task = HopTask(seq_len=s["seq_len"], alphabet_size=s.get("alphabet_size", 4), max_hops=s["max_hops"])
-    batch = s.get("batch_size", sweep.BATCH_SIZE)
+    batch = s.get("batch_size", families.BATCH_SIZE)
     jobs = []
     for p in points:
         key = f"{prefix}{p['kind']} L{p['depth']} m{p['d_model']} N{task.seq_len} a{task.alphabet_size} " \
@@ -133,27 +133,27 @@ def _point_jobs(chapter: str, s: dict[str, Any], points: list[dict], make_build:
         def run(steps: int, b: int, p: dict = p) -> Any:
             short = {"steps": steps, "batch_size": b, "warmup_steps": min(s["warmup_steps"], steps),
                      "n_samples": EVAL_SAMPLES}
-            return sweep.measure_point(0, p, task, make_build, short, device="cpu")
+            return families.measure_point(0, p, task, make_build, short, device="cpu")
 
         jobs.append(Job(chapter, key, 1, s["steps"], batch, run))
     return _merge(jobs)
 
 
 def _rnn_jobs(s: dict[str, Any]) -> list[Job]:
-    from hoplib.lower_bounds import sweep
+    from hoplib.lower_bounds import families
 
-    return _point_jobs("rnn", s, sweep.grid_points(s), sweep.recurrent_builder, "")
+    return _point_jobs("rnn", s, families.grid_points(s), families.recurrent_builder, "")
 
 
 def _attention_jobs(s: dict[str, Any]) -> list[Job]:
     import functools
 
     from hoplib.lower_bounds import efficient_attention as attn
-    from hoplib.lower_bounds import sweep
+    from hoplib.lower_bounds import families
 
     points = [{"kind": kind, "depth": d, "d_model": s["d_model"], "lr": s["lr"]}
               for kind in attn.KINDS for d in s["depths"]]
-    build = functools.partial(sweep.attention_builder, heads=s["heads"], n_features=s["n_features"],
+    build = functools.partial(families.attention_builder, heads=s["heads"], n_features=s["n_features"],
                               window=s["window"], global_every=s["global_every"])
     prefix = f"H{s['heads']} f{s['n_features']} w{s['window']} g{s['global_every']} "
     return _point_jobs("efficient_attention", s, points, build, prefix)
@@ -224,14 +224,14 @@ def jobs(chapter: str, profile: str, profiles: dict[str, dict[str, Any]] | None 
 
 # --------------------------------------------------------------------------- costs
 def _store_path() -> Path:
-    from hoplib._book.results import results_dir
+    from hoplib.results import results_dir
 
     return results_dir() / COSTS_FILE
 
 
 def stored_step_costs() -> dict[str, dict[str, float]]:
     """``{shape key: {"flops_per_sample", "launches"}}`` of ``results/benchmarks/step_costs.json`` (empty if none)."""
-    from hoplib._book.results import load_stored
+    from hoplib.results import load_stored
 
     stored = load_stored(COSTS_FILE, required=False)
     return dict(stored.data) if stored is not None else {}
@@ -300,7 +300,7 @@ def _stored_seconds(patterns: list[str]) -> float | None:
     executed notebooks (papermill's duration)."""
     import json
 
-    from hoplib._book.results import results_dir
+    from hoplib.results import results_dir
 
     times = []
     for pattern in patterns:
@@ -376,7 +376,7 @@ def fill_step_costs(chapters: tuple[str, ...] = TRAINING_CHAPTERS,
 
     import torch
 
-    from hoplib._book.results import save_results
+    from hoplib.results import save_results
 
     torch.set_num_threads(1)
     done, path, t0 = stored_step_costs(), _store_path(), time.perf_counter()

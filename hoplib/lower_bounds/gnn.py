@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hoplib._book.device import autocast, get_device
+from hoplib.device import autocast, get_device
 from hoplib.lower_bounds import graphs
 from hoplib.models import GPT, AttentionSpec, CausalSelfAttention, GPTConfig, register_attention
 from hoplib.train import Progress, TrainConfig, optimise

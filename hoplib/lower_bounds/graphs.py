@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from hoplib._book.device import get_device
+from hoplib.device import get_device
 
 FAMILIES = ("path", "cycle", "tree")
 

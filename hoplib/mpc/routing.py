@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hoplib._book.device import get_device
+from hoplib.device import get_device
 from hoplib.mpc.primitives import mix_hash
 
 PIECE_BITS = 16

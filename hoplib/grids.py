@@ -1,21 +1,24 @@
-"""Sweeps over the paper's grid (Section 4.2, Appendix G), resumable, and the stored sweeps read back.
+"""The training chapter's grids (Section 4.2, Appendix G): trained through the one sweep runner, and the stored
+ones read back.
 
-Each run lives in ``<out>/<run_name>`` (the files of :func:`hoplib.train.train_run`): finished runs are skipped,
-interrupted ones resumed, diverged ones recorded. :data:`GRIDS`: ``quick`` (CPU, a minute), ``small`` (CPU, 10-15
-minutes: the width and sample-size axes of Appendix G.3, G.5), ``cpu`` (CPU, an hour: depths 2..5, two seeds;
-stored under ``results/training/medium/``, its name before the profiles were renamed, see :data:`STORED_AS`),
-``depth`` (CPU, 4 core-hours: depths 2..6, k <= 16, three seeds), ``gpu`` (one free Colab T4, about half an hour:
-depths 2..6 at the paper's N = 100 and m = 128, trained together) and ``paper`` (the authors' grid, for a large
-GPU; ``ensemble=True`` trains one architecture's runs together, ``ensemble="width"`` every depth of one width).
-Command line: ``scripts/run_training.py``.
+Each run lives in ``<out>/<run_name>`` (``results.json`` and ``model.pt``, the files of
+:func:`hoplib.train.train_run`); :func:`train_grid` hands the runs to :func:`hoplib.sweep.run_sweep` and stores
+their table in ``<out>/table.json``. :data:`GRIDS`: ``quick`` (CPU, a minute), ``small`` (CPU, 10-15 minutes:
+the width and sample-size axes of Appendix G.3, G.5), ``cpu`` (CPU, an hour: depths 2..5, two seeds; stored
+under ``results/training/medium/``, see :data:`STORED_AS`), ``depth`` (CPU, 4 core-hours: depths 2..6, k <= 16,
+three seeds), ``gpu`` (one free Colab T4, about half an hour: depths 2..6 at N = 100 and m = 128, trained
+together) and ``paper`` (the authors' grid, for a large GPU or a Slurm cluster). Command line:
+``scripts/run_training.py``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import html
 import itertools
-import json
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,11 @@ from typing import Any
 import torch
 
 from hoplib import report
-from hoplib._book.device import get_device
-from hoplib._book.results import atomic_write_text, check_fields, load_stored, output_path
+from hoplib.device import get_device
 from hoplib.report import ErrorRecord
+from hoplib.results import Stored, check_fields, load_stored, output_path
+from hoplib.sweep import kept_sweep
+from hoplib.tasks import HopTask
 from hoplib.train import (
     DivergedError,
     Progress,
@@ -113,43 +118,48 @@ def run_name(config: RunConfig) -> str:
 
 
 # --------------------------------------------------------------------------- training a grid
-def run_sweep(grid: Grid | str, out: str | Path, *, device: str | torch.device = "auto", progress: bool = True,
-              ensemble: bool | str = False, checkpoint_every: int = 1000, compile: bool | str = False,
-              shard: tuple[int, int] = (0, 1), seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
-    """Train every run of ``grid`` (a :class:`Grid` or a name of :data:`GRIDS`, with ``seeds`` if given)
-    under ``out``; write and return :func:`collect`'s table of the complete runs.
-
-    Finished runs are skipped and interrupted ones resumed; a run that diverges is recorded, warned about and
-    left out of the table. ``shard=(i, n)`` trains every n-th unit of work (run, or architecture group with
-    ``ensemble``) from i, so n processes can share a grid. With ``progress``, one bar counts the steps of the
-    whole sweep (an ensemble's step once) and prints the estimated finish after a few hundred."""
+def train_grid(grid: Grid | str, out: str | Path, *, device: str | torch.device = "auto", workers: int = 1,
+               executor: Any = None, overwrite: bool = False, progress: bool = True, ensemble: bool | str = False,
+               checkpoint_every: int = 1000, compile: bool | str = False,
+               seeds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+    """Train every run of ``grid`` (a :class:`Grid` or a name of :data:`GRIDS`, with ``seeds`` if given) into
+    ``out/<run_name>`` through the one runner, :func:`hoplib.sweep.run_sweep`: one point per unit of work (a
+    run, or with ``ensemble`` one architecture's runs), in this process, in ``workers`` local processes or as a
+    Slurm job array (``executor``). Finished runs are skipped, interrupted ones resumed from their checkpoints,
+    diverged ones recorded, warned about and left out. The table of the complete runs (one row per run, k and
+    metric) is stored in ``out/table.json`` and returned; a finished grid is read back from it, ``overwrite``
+    trains every run afresh. ``progress``: one bar over the steps of the whole grid (in this process)."""
     g = GRIDS[grid] if isinstance(grid, str) else grid
     g = g if seeds is None else replace(g, seeds=tuple(seeds))
-    i, n = shard
-    if not 0 <= i < n:
-        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
     out, configs = output_path(out, option="out"), g.configs()
-    if ensemble:  # units of work are architecture groups, in a fixed order shared by every shard
-        archs = list(dict.fromkeys(_arch(c, ensemble) for c in configs))[i::n]
-        mine = [c for c in configs if _arch(c, ensemble) in archs]
-    else:
-        mine = configs[i::n]
-    todo = [c for c in mine if finished_results(out / run_name(c), c) is None]
-    units = _groups(todo, ensemble).values() if ensemble else [[c] for c in todo]
-    bar = Progress(sum(max(c.train.steps for c in u) for u in units), f"{len(todo)} runs",
-                   enabled=progress and bool(todo))
-    kw = dict(device=device, progress=bar, checkpoint_every=checkpoint_every, compile=compile)
+    units = list(_groups(configs, ensemble).values()) if ensemble else [[c] for c in configs]
+    dev = str(device) if executor is not None else str(get_device(device))  # a Slurm node picks its own
+    here = executor is None and workers == 1
+    todo = [u for u in units if overwrite or any(finished_results(out / run_name(c), c) is None for c in u)]
+    bar = Progress(sum(max(c.train.steps for c in u) for u in todo), f"{len(configs)} runs",
+                   enabled=progress and here and bool(todo) and not (out / "table.json").exists())
+    job = functools.partial(_train_unit, out=str(out), overwrite=overwrite, ensemble=ensemble, device=dev,
+                            progress=bar if here else False, checkpoint_every=checkpoint_every, compile=compile)
+    params = {"grid": grid if isinstance(grid, str) else "custom", "ensemble": ensemble}
     try:
-        if ensemble and todo:
-            _run_ensembles(todo, out, ensemble, **kw)
-        else:
-            for c in todo:
-                _train_one(c, out, **kw)
+        return kept_sweep(job, [[c.to_dict() for c in u] for u in units], out / "table.json", params,
+                          device=dev, workers=workers, executor=executor, overwrite=overwrite)
     finally:
         bar.close()
-    table = collect(out, configs)
-    atomic_write_text(out / "table.json", json.dumps(table, indent=1) + "\n")
-    return table
+
+
+def _train_unit(_: int, unit: list[dict[str, Any]], *, out: str, overwrite: bool, ensemble: bool | str,
+                **kw: Any) -> list[dict[str, Any]]:
+    """The job of one point of :func:`train_grid`: train the unit's runs (one, or an ensemble group) and return
+    the table rows of those that completed."""
+    configs, out_dir = [RunConfig.from_dict(c) for c in unit], Path(out)
+    todo = configs if overwrite else [c for c in configs if finished_results(out_dir / run_name(c), c) is None]
+    if len(todo) > 1 and ensemble:
+        _run_ensemble(todo, out_dir, overwrite=overwrite, **kw)
+    else:
+        for c in todo:
+            _train_one(c, out_dir, overwrite=overwrite, **kw)
+    return collect(out_dir, configs)
 
 
 def _train_one(config: RunConfig, out: Path, **kw: Any) -> None:
@@ -173,29 +183,29 @@ def _groups(todo: list[RunConfig], ensemble: bool | str) -> dict[tuple, list[Run
     return groups
 
 
-def _run_ensembles(todo: list[RunConfig], out: Path, ensemble: bool | str, *, device, **kw: Any) -> None:
+def _run_ensemble(configs: list[RunConfig], out: Path, *, device: str, overwrite: bool, **kw: Any) -> None:
+    """Train one architecture group as a :class:`~hoplib.models.GPTEnsemble` (deepest first); if it diverges,
+    its runs one by one, to find out which."""
     dev = get_device(device)
-    for configs in _groups(todo, ensemble).values():
-        configs = sorted(configs, key=lambda c: -c.depth)  # deepest first, as GPTEnsemble stacks them
-        c0 = configs[0]
-        if len(configs) == 1:  # a group of one: a plain run
-            _train_one(c0, out, device=dev, **kw)
-            continue
-        tag = f"L{c0.depth}_m{c0.d_model}_H{c0.heads}_" + "-".join(run_name(c) for c in configs)
-        ck = out / "_ensembles" / hashlib.sha1(tag.encode()).hexdigest()[:12] / "checkpoint.pt"
-        try:
-            trained, hists = fit_ensemble([c.init_model(dev) for c in configs], c0.task, [c.train for c in configs],
-                                          checkpoint=ck, device=dev, **kw)
-        except DivergedError as exc:  # find out which models diverge: train the group's runs one by one
-            warnings.warn(f"an ensemble of {len(configs)} runs diverged ({exc}); training them one by one",
-                          RuntimeWarning, stacklevel=2)
-            for c in configs:
-                _train_one(c, out, device=dev, **kw)
-            continue
-        for c, model, hist in zip(configs, trained, hists, strict=True):
-            rec = results_record(model, c0.task, hist, c, dev, ensemble_size=len(configs),
-                                 command=f"hoplib.training.sweep ensemble of {len(configs)}")
-            write_run(out / run_name(c), model, rec)
+    configs = sorted(configs, key=lambda c: -c.depth)
+    c0 = configs[0]
+    tag = f"L{c0.depth}_m{c0.d_model}_H{c0.heads}_" + "-".join(run_name(c) for c in configs)
+    ck = out / "_ensembles" / hashlib.sha1(tag.encode()).hexdigest()[:12] / "checkpoint.pt"
+    if overwrite:
+        ck.unlink(missing_ok=True)
+    try:
+        trained, hists = fit_ensemble([c.init_model(dev) for c in configs], c0.task, [c.train for c in configs],
+                                      checkpoint=ck, device=dev, **kw)
+    except DivergedError as exc:
+        warnings.warn(f"an ensemble of {len(configs)} runs diverged ({exc}); training them one by one",
+                      RuntimeWarning, stacklevel=2)
+        for c in configs:
+            _train_one(c, out, device=dev, overwrite=overwrite, **kw)
+        return
+    for c, model, hist in zip(configs, trained, hists, strict=True):
+        rec = results_record(model, c0.task, hist, c, dev, ensemble_size=len(configs),
+                             command=f"hoplib.grids ensemble of {len(configs)}")
+        write_run(out / run_name(c), model, rec)
 
 
 def _paths(out: Path, configs: list[RunConfig] | None) -> list[Path]:
@@ -221,14 +231,14 @@ def run_status(out: str | Path, configs: list[RunConfig] | None = None) -> dict[
 def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dict[str, Any]]:
     """Tidy table of every complete run under ``out`` (or of ``configs`` only): one row per (run, k, metric);
     a results.json that is not a run record, or whose fields have the wrong types (a ``depth`` that is not an
-    integer, an error that is not a number in [0, 1]: :func:`~hoplib._book.results.check_fields`), raises
+    integer, an error that is not a number in [0, 1]: :func:`~hoplib.results.check_fields`), raises
     ``ValueError`` naming the file."""
     table = []
     for path in _paths(Path(out), configs):
         if path.exists() and (rec := read_record(path)).get("complete"):
             check_fields(rec, str(path))
             try:
-                table += report.run_rows(path.parent.name, rec)
+                table += run_rows(path.parent.name, rec)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise ValueError(f"{path}: malformed run record ({exc!r})") from exc
     return table
@@ -252,11 +262,66 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
 
 
 # --------------------------------------------------------------------------- stored sweeps
+def run_rows(run: str, rec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tidy rows (:func:`hoplib.report.records_from_table`'s input) of one complete run record: one per (k,
+    metric)."""
+    c = rec["config"]
+    labels = {"run": run, "depth": c["depth"], "d_model": c["d_model"], "heads": c["heads"],
+              "n_train": c.get("n_train"), "seed": c.get("seed", 0), "steps": c["steps"]}
+    return [{**labels, "k": int(k), "metric": metric, "error": float(e)}
+            for metric, key in (("paper", "per_k_error"), ("pooled", "per_k_error_pooled"))
+            for k, e in rec[key].items()]
+
+
+@dataclass(frozen=True)
+class StoredSweep:
+    """The finished runs of a stored training sweep ``results/training/<name>/`` (``missing``: runs not stored)."""
+
+    name: str
+    runs: tuple[Stored, ...]
+    missing: tuple[str, ...] = ()
+
+    @property
+    def configs(self) -> list[dict[str, Any]]:
+        return [s.record["config"] for s in self.runs]
+
+    @property
+    def task(self) -> HopTask:
+        return RunConfig.from_dict(self.configs[0]).task
+
+    def table(self) -> list[dict[str, Any]]:
+        """One tidy row per (run, k, metric) (:func:`run_rows`)."""
+        return [r for s in self.runs for r in run_rows(s.path.parent.name, s.record)]
+
+    def records(self, n_train: int | None | str = None, metric: str = "paper") -> list[ErrorRecord]:
+        """The errors of one training-set size (None: fresh samples) in one metric, as records."""
+        return [r for r in report.records_from_table(self.table(), n_train=n_train) if r.metric == metric]
+
+    def wall_time_s(self) -> float:
+        return float(sum(s.record["provenance"].get("wall_time_s", 0.0) for s in self.runs))
+
+    def provenance_html(self, summary: str = "Provenance") -> str:
+        """One collapsed ``<details>`` block: the sweep's folder and one provenance line per run."""
+        lines = "".join(f"<li><code>{html.escape(s.path.parent.name)}</code>: {html.escape(s.origin)}</li>"
+                        for s in self.runs)
+        gone = f"<p>not stored yet: {html.escape(', '.join(self.missing))}</p>" if self.missing else ""
+        return (f"<details><summary>{html.escape(summary)}: {len(self.runs)} stored runs in "
+                f"<code>results/training/{html.escape(self.name)}/</code></summary><ul>{lines}</ul>{gone}</details>")
+
+
+def reference_groups(folder: str, label: str = "transformer") -> tuple[dict[str, list[ErrorRecord]], StoredSweep]:
+    """The training chapter's stored transformers in ``results/training/<folder>/`` (fresh samples) as
+    :func:`hoplib.report.reach_table` groups, one per seed (``"<label>, seed <s>"``), and those runs."""
+    runs = load_stored_sweep({v: k for k, v in STORED_AS.items()}.get(folder, folder))
+    return {f"{label}, seed {seed}": [replace(r, family=label) for r in recs]
+            for seed, recs in report.records_by_seed(runs.records()).items()}, runs
+
+
 AUTHORS_FILE = "training/authors-errors.json"
 """The authors' published errors: their repository's ``local/errors.json`` (pooled metric), copied unchanged."""
 
 
-def load_stored_sweep(name: str) -> report.StoredSweep:
+def load_stored_sweep(name: str) -> StoredSweep:
     """Every run of the named grid stored under ``results/training/<folder>/`` (:func:`stored_folder`; missing
     runs are listed)."""
     runs, missing, folder = [], [], stored_folder(name)
@@ -268,7 +333,7 @@ def load_stored_sweep(name: str) -> report.StoredSweep:
             runs.append(stored)
     if not runs:
         raise ValueError(f"no finished run of the {name!r} sweep is stored under results/training/{folder}/")
-    return report.StoredSweep(folder, tuple(runs), tuple(missing))
+    return StoredSweep(folder, tuple(runs), tuple(missing))
 
 
 def published(heads: int = 4, n_train: int | None = None) -> list[ErrorRecord]:

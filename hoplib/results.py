@@ -299,11 +299,12 @@ def git_commit(path: str | os.PathLike | None = None) -> str:
 
 def provenance(device: torch.device | str, wall_time_s: float | None = None, **extra: Any) -> dict[str, Any]:
     """The provenance record stored beside every result."""
-    dev = torch.device(device)
+    kind = str(device).partition(":")[0]  # a Slurm array's "cuda" or "auto", resolved on its nodes
     record: dict[str, Any] = {
         "hoplib_version": hoplib.__version__,
         "git_commit": git_commit(),
-        "device": f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else dev.type,
+        "device": f"cuda ({torch.cuda.get_device_name(device)})" if kind == "cuda" and torch.cuda.is_available()
+        else kind,
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "platform": platform.platform(),

@@ -1,5 +1,6 @@
-"""Tests of hoplib.training.sweep (Section 4.2 / Appendix G's grids): named grids, skipping finished runs, resuming
-interrupted ones, ensembles, shards, diverged runs, and clear errors for damaged records."""
+"""Tests of hoplib.grids (Section 4.2 / Appendix G's grids): named grids, skipping finished runs, resuming
+interrupted ones, ensembles, the one runner's workers, job arrays and --overwrite, diverged runs, and clear errors
+for damaged records."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 import torch
 
 import hoplib.train as train_mod
+from hoplib.grids import GRIDS, Grid, collect, grid, run_name, run_status, stored_folder, train_grid
 from hoplib.train import RunConfig, finished_results
-from hoplib.training.sweep import GRIDS, Grid, collect, grid, run_name, run_status, run_sweep, stored_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(seq_len=10, max_hops=2, steps=30, lr=3e-3, warmup_steps=3, batch_size=8, eval_samples=10)
@@ -47,12 +48,12 @@ def test_stored_runs_still_count_as_finished_and_collect_to_their_table(name):
     configs = grid(name).configs()
     assert all(finished_results(where / run_name(c), c) is not None for c in configs)
     assert set(run_status(where, configs).values()) == {"complete"}
-    assert collect(where, configs) == json.loads((where / "table.json").read_text())
+    assert collect(where, configs) == json.loads((where / "table.json").read_text())["data"]
 
 
 def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tmp_path, monkeypatch):
     g = Grid(depths=(1, 2), widths=((16, 2),), settings=TINY)
-    ref = run_sweep(g, tmp_path / "ref", device="cpu", progress=False, checkpoint_every=10)
+    ref = train_grid(g, tmp_path / "ref", device="cpu", progress=False, checkpoint_every=10)
     assert len(ref) == 2 * 3 * 2 and {r["depth"] for r in ref} == {1, 2}
 
     # Interrupt the first run after its step-20 checkpoint by failing inside the data stream.
@@ -66,26 +67,26 @@ def test_sweep_skips_finished_runs_and_resumes_interrupted_ones(tmp_path, monkey
     monkeypatch.setattr(train_mod.DataStream, "batch", failing)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(g, out, device="cpu", progress=False, checkpoint_every=10)
+        train_grid(g, out, device="cpu", progress=False, checkpoint_every=10)
     first = g.configs()[0]
     assert torch.load(out / run_name(first) / "checkpoint.pt", weights_only=True)["step"] == 20
     assert run_status(out, g.configs()) == {run_name(first): "unfinished", run_name(g.configs()[1]): "missing"}
     monkeypatch.setattr(train_mod.DataStream, "batch", original)
-    table = run_sweep(g, out, device="cpu", progress=False, checkpoint_every=10)
+    table = train_grid(g, out, device="cpu", progress=False, checkpoint_every=10)
     assert table == ref  # resumed runs give exactly the uninterrupted results
 
     # A finished sweep trains nothing: make training impossible and run it again.
-    monkeypatch.setattr("hoplib.training.sweep.train_run",
+    monkeypatch.setattr("hoplib.grids.train_run",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
-    assert run_sweep(g, out, device="cpu", progress=False) == ref
-    assert json.loads((out / "table.json").read_text()) == ref
+    assert train_grid(g, out, device="cpu", progress=False) == ref
+    assert json.loads((out / "table.json").read_text())["data"] == ref
     assert collect(out) == ref
 
 
 def test_ensemble_sweep_matches_the_sequential_sweep(tmp_path):
     g = Grid(depths=(2,), widths=((16, 2),), n_trains=(None, 40), seeds=(0, 1), settings=TINY)
-    seq = run_sweep(g, tmp_path / "seq", device="cpu", progress=False)
-    ens = run_sweep(g, tmp_path / "ens", device="cpu", progress=False, ensemble=True)
+    seq = train_grid(g, tmp_path / "seq", device="cpu", progress=False)
+    ens = train_grid(g, tmp_path / "ens", device="cpu", progress=False, ensemble=True)
     assert len(seq) == len(ens) == 4 * 3 * 2
     for c in g.configs():
         a = torch.load(tmp_path / "seq" / run_name(c) / "model.pt", weights_only=True)
@@ -95,13 +96,13 @@ def test_ensemble_sweep_matches_the_sequential_sweep(tmp_path):
         rec = json.loads((tmp_path / "ens" / run_name(c) / "results.json").read_text())
         assert rec["complete"] and rec["provenance"]["ensemble_size"] == 4
     # and a second ensemble sweep skips everything
-    assert run_sweep(g, tmp_path / "ens", device="cpu", progress=False, ensemble=True) == ens
+    assert train_grid(g, tmp_path / "ens", device="cpu", progress=False, ensemble=True) == ens
 
 
 def test_ensemble_sweep_trains_a_group_of_one_as_a_plain_run(tmp_path):
     # like the paper grid's m = 256 architectures: one run per architecture group
     g = Grid(depths=(2,), widths=((16, 2), (32, 2)), n_trains=(None, 40), exclude=((32, 40),), settings=TINY)
-    table = run_sweep(g, tmp_path, device="cpu", progress=False, ensemble=True)
+    table = train_grid(g, tmp_path, device="cpu", progress=False, ensemble=True)
     sizes = {}
     for c in g.configs():
         rec = json.loads((tmp_path / run_name(c) / "results.json").read_text())
@@ -117,14 +118,14 @@ def test_diverged_runs_are_recorded_left_out_of_the_table_and_not_retrained(tmp_
     g = Grid(depths=(1,), widths=((16, 2),), n_trains=(None, 40),
              settings={**TINY, "lr": 1e30, "warmup_steps": 0, "steps": 8})
     with pytest.warns(RuntimeWarning, match="diverged"):
-        table = run_sweep(g, tmp_path, device="cpu", progress=False, ensemble=ensemble, checkpoint_every=2)
+        table = train_grid(g, tmp_path, device="cpu", progress=False, ensemble=ensemble, checkpoint_every=2)
     assert table == []
     assert set(run_status(tmp_path, g.configs()).values()) == {"diverged"}
     for c in g.configs():
         rec = json.loads((tmp_path / run_name(c) / "results.json").read_text())
         assert rec["diverged"] is True and rec["complete"] is False
-    monkeypatch.setattr("hoplib.training.sweep.train_run", lambda *a, **k: pytest.fail("retrained"))
-    assert run_sweep(g, tmp_path, device="cpu", progress=False, ensemble=ensemble) == []
+    monkeypatch.setattr("hoplib.grids.train_run", lambda *a, **k: pytest.fail("retrained"))
+    assert train_grid(g, tmp_path, device="cpu", progress=False, ensemble=ensemble) == []
 
 
 def test_collect_mixes_complete_runs_and_skips_diverged_ones(tmp_path):
@@ -158,10 +159,10 @@ def test_collect_names_the_file_and_what_is_wrong_with_it(tmp_path, text, messag
 
 def test_load_run_restores_the_trained_model_and_refuses_diverged_runs(tmp_path):
     from hoplib.evaluate import per_k_error
-    from hoplib.training.sweep import load_run
+    from hoplib.grids import load_run
 
     g = Grid(depths=(2,), widths=((16, 2),), settings=TINY)
-    run_sweep(g, tmp_path, device="cpu", progress=False)
+    train_grid(g, tmp_path, device="cpu", progress=False)
     c = g.configs()[0]
     model, rec = load_run(tmp_path / run_name(c))
     err = per_k_error(model, c.task, n_samples=c.train.eval_samples, seed=c.eval_seed, device="cpu")
@@ -173,31 +174,6 @@ def test_load_run_restores_the_trained_model_and_refuses_diverged_runs(tmp_path)
         {"config": c.to_dict(), "complete": False, "diverged": True, "error": "training diverged: nan"}))
     with pytest.raises(ValueError, match="diverged"):
         load_run(tmp_path / run_name(c))
-
-
-def test_shards_split_the_grid_and_together_cover_it(tmp_path):
-    g = Grid(depths=(1, 2, 3), widths=((16, 2),), settings={**TINY, "steps": 4})
-    run_sweep(g, tmp_path, device="cpu", progress=False, shard=(0, 2))
-    done = {p.parent.name for p in tmp_path.glob("*/results.json")}
-    assert done == {run_name(c) for c in g.configs()[0::2]}
-    table = run_sweep(g, tmp_path, device="cpu", progress=False, shard=(1, 2))
-    assert {r["depth"] for r in table} == {1, 2, 3}
-    with pytest.raises(ValueError, match="shard"):
-        run_sweep(g, tmp_path, shard=(2, 2))
-
-
-@pytest.mark.parametrize("shard", ["2/1", "1/1", "a/b", "-1/2"])
-def test_a_bad_shard_is_a_one_line_usage_error(tmp_path, capsys, shard):
-    # a bad --shard is one usage line before the grid is built, not a ValueError traceback
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("run_training", ROOT / "scripts" / "run_training.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.cli(["--grid", "quick", "--out", str(tmp_path), "--shard", shard]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--shard" in err[0] and "Traceback" not in err[0]
-    assert not list(tmp_path.iterdir())
 
 
 def _run_training_script():
@@ -216,17 +192,18 @@ def _run_training_script():
 ])
 def test_cli_passes_the_ensemble_and_compile_modes_to_the_sweep(tmp_path, monkeypatch, flags, ensemble, compile):
     script, seen = _run_training_script(), {}
-    monkeypatch.setattr(script.sweep, "run_sweep", lambda name, out, **kw: seen.update(kw) or [])
+    monkeypatch.setattr(script.grids, "train_grid", lambda name, out, **kw: seen.update(kw) or [])
     assert script.cli(["--grid", "quick", "--out", str(tmp_path), *flags]) == 0
     assert (seen["ensemble"], seen["compile"]) == (ensemble, compile)
 
 
-@pytest.mark.parametrize("flags", [["--ensemble", "depth"], ["--compile", "fast"], ["--ensemble", "--depth", "2"]])
-def test_cli_rejects_unknown_modes_and_an_ensemble_of_one_run_in_one_line(tmp_path, capsys, flags):
+@pytest.mark.parametrize("flags", [["--ensemble", "depth"], ["--compile", "fast"], ["--ensemble", "--depth", "2"],
+                                   ["--slurm", "logs"], ["--partition", "gpu"], ["--workers", "2"]])
+def test_cli_rejects_unknown_modes_and_the_grid_options_for_one_run_in_one_line(tmp_path, capsys, flags):
     code = _run_training_script().cli(["--out", str(tmp_path / "run"), "--d-model", "16", "--heads", "2",
                                        "--steps", "5", *flags])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and ("--ensemble" in err[0] or "--compile" in err[0])
+    assert code == 2 and len(err) == 1 and flags[0] in err[0]
     assert not (tmp_path / "run").exists()
 
 
@@ -245,7 +222,7 @@ def test_an_interrupted_width_ensemble_sweep_resumes_from_its_folder_under_one_p
                                                                                             capsys):
     """The training chapter's live cell on CUDA: a width ensemble in out_dir, stopped and run again."""
     g = Grid(depths=(1, 2), widths=((16, 2),), settings={**TINY, "steps": 40})
-    ref = run_sweep(g, tmp_path / "ref", device="cpu", progress=False, ensemble="width", checkpoint_every=10)
+    ref = train_grid(g, tmp_path / "ref", device="cpu", progress=False, ensemble="width", checkpoint_every=10)
     bars = []
     original_init, original_batch = train_mod.Progress.__init__, train_mod.DataStream.batch
 
@@ -261,9 +238,9 @@ def test_an_interrupted_width_ensemble_sweep_resumes_from_its_folder_under_one_p
     monkeypatch.setattr(train_mod.Progress, "__init__", init)
     monkeypatch.setattr(train_mod.DataStream, "batch", failing)
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(g, tmp_path / "run", device="cpu", ensemble="width", checkpoint_every=10)
+        train_grid(g, tmp_path / "run", device="cpu", ensemble="width", checkpoint_every=10)
     monkeypatch.setattr(train_mod.DataStream, "batch", original_batch)
-    assert run_sweep(g, tmp_path / "run", device="cpu", ensemble="width", checkpoint_every=10) == ref
+    assert train_grid(g, tmp_path / "run", device="cpu", ensemble="width", checkpoint_every=10) == ref
     assert len(bars) == 2 and bars[0].total == 40  # one bar a sweep; an ensemble's step counts once
     assert bars[1].total == 40 - 20 and bars[1].done == 20  # resumed at the step-20 checkpoint
     told = [line for line in capsys.readouterr().out.splitlines() if "to go" in line]
@@ -278,3 +255,41 @@ def test_a_cut_grid_keeps_every_shape_and_trains_at_most_max_steps():
     assert GRIDS["quick"].cut(10**6).configs() == GRIDS["quick"].configs()
     with pytest.raises(ValueError, match="max_steps"):
         GRIDS["quick"].cut(0)
+
+
+def test_a_grid_in_two_local_workers_gives_the_table_of_one_process(tmp_path):
+    # the points of the one runner: each run a point, in two spawned processes of one thread each
+    g = Grid(depths=(1, 2), widths=((16, 2),), settings={**TINY, "steps": 6})
+    one = train_grid(g, tmp_path / "one", device="cpu", progress=False)
+    two = train_grid(g, tmp_path / "two", device="cpu", progress=False, workers=2)
+    assert two == one and len(one) == 2 * 3 * 2
+    record = json.loads((tmp_path / "two" / "table.json").read_text())
+    assert record["data"] == one and record["provenance"]["workers"] == 2
+
+
+def test_a_grid_as_a_job_array_through_submitit_gives_the_table_of_one_process(tmp_path):
+    # submitit's local executor runs the same job array as Slurm would, as local processes
+    from hoplib.sweep import slurm_executor
+
+    g = Grid(depths=(1, 2), widths=((16, 2),), settings={**TINY, "steps": 6})
+    one = train_grid(g, tmp_path / "one", device="cpu", progress=False)
+    executor = slurm_executor(tmp_path / "logs", cluster="local", timeout_min=5)
+    array = train_grid(g, tmp_path / "array", device="cpu", progress=False, executor=executor)
+    assert array == one
+    assert len(list((tmp_path / "logs").glob("*_log.out"))) == len(g.configs())  # a task a run, each logged
+    for c in g.configs():
+        assert json.loads((tmp_path / "array" / run_name(c) / "results.json").read_text())["complete"]
+
+
+def test_overwrite_trains_every_run_afresh_and_replaces_the_table(tmp_path, monkeypatch):
+    g = Grid(depths=(1, 2), widths=((16, 2),), settings={**TINY, "steps": 6})
+    first = train_grid(g, tmp_path, device="cpu", progress=False)
+    trained = []
+    original = train_mod.train_run
+    monkeypatch.setattr("hoplib.grids.train_run", lambda c, out, **kw: trained.append(kw["overwrite"]) or
+                        original(c, out, **kw))
+    assert train_grid(g, tmp_path, device="cpu", progress=False) == first and trained == []  # read back
+    again = train_grid(g, tmp_path, device="cpu", progress=False, overwrite=True)
+    assert trained == [True, True] and again == first  # the same seeds: the same runs, trained again
+    with pytest.raises(ValueError, match="other settings"):  # another grid in the folder: refused
+        train_grid(Grid(depths=(1,), widths=((16, 2),), settings={**TINY, "steps": 6}), tmp_path, progress=False)

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import torch
 
-from hoplib._book.validate import check_choice
+from hoplib.validate import check_choice
 
 
 def get_device(device: str | torch.device = "auto") -> torch.device:

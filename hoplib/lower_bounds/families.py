@@ -1,6 +1,7 @@
-"""Depth and alphabet sweeps of the lower-bound chapters: one model per grid point (a dict: ``kind``,
+"""Every model family against hop_k (the lower-bound chapters): one model per grid point (a dict: ``kind``,
 ``d_model``, ``depth``, ``lr``), built by :func:`recurrent_builder` or :func:`attention_builder`, trained with
-:func:`hoplib.train.fit` and measured with :func:`hoplib.evaluate.per_k_error`, in local worker processes."""
+:func:`hoplib.train.fit` and measured with :func:`hoplib.evaluate.per_k_error`; the stored sweeps read back
+(:func:`family_crossings`, :func:`capacity_runs`) and the book's headline figure (:func:`plot_headline`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from hoplib._book.device import get_device
+from hoplib.device import get_device
 from hoplib.evaluate import per_k_error
 from hoplib.lower_bounds.efficient_attention import KINDS as ATTENTION_KINDS
 from hoplib.lower_bounds.efficient_attention import attention_spec
@@ -158,7 +159,7 @@ def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
     import pandas as pd
 
     from hoplib import report
-    from hoplib._book.results import load_stored
+    from hoplib.results import load_stored
 
     runs = [("equal", load_stored(f"rnn/cpu/equal{f'_seed{s}' if s else ''}.json", required=s == 0))
             for s in seeds] + [("matched", load_stored("efficient_attention/cpu/matched.json"))]
@@ -188,7 +189,7 @@ def plot_headline():
     import matplotlib.pyplot as plt
 
     from hoplib import report
-    from hoplib.training.sweep import growth_points
+    from hoplib.grids import growth_points
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 9.0))
     report.plot_growth(*growth_points("depth"), ax=top)
@@ -209,7 +210,7 @@ def capacity_runs(root: str | None = None):  # root: a results/ folder (default 
 
     import pandas as pd
 
-    from hoplib._book.results import load_stored, results_dir
+    from hoplib.results import load_stored, results_dir
 
     rows = []
     from pathlib import Path
