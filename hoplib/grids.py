@@ -76,7 +76,7 @@ class Grid:
 
 GPU_STEPS = 30_000
 """Steps of the ``gpu`` grid: five models trained as one width ensemble fit half an hour of a T4 (an estimate,
-:mod:`hoplib._book.profiles`)."""
+``scripts/profiles.py``)."""
 STORED_AS = {"cpu": "medium"}
 """Grids stored under ``results/training/`` by another name (the folder keeps the name the runs were made under)."""
 

@@ -489,9 +489,16 @@ def run(chapter: str, params: list[tuple[str, str]], out: Path, timeout: int, ch
     if chapter not in names:  # a name only: "../x" or "a/b" would write outside out/
         raise RunError(f"chapter must be one of: {', '.join(names)}; got {chapter!r}")
     md = chapters / f"{chapter}.md"
-    with tempfile.TemporaryDirectory(prefix="notebooks-run-") as tmp:  # outside out/: nothing there yet
+    try:  # a temporary folder that cannot be written (a full disk): one line before any work
+        tmp_dir = tempfile.TemporaryDirectory(prefix="notebooks-run-")  # outside out/: nothing there yet
+    except OSError as exc:
+        raise RunError(f"cannot write the chapter's temporary copy: {exc}") from exc
+    with tmp_dir as tmp:
         source = Path(tmp) / f"{chapter}.ipynb"
-        nbformat.write(jupytext.read(md, fmt="md:myst"), source)
+        try:
+            nbformat.write(jupytext.read(md, fmt="md:myst"), source)
+        except OSError as exc:
+            raise RunError(f"cannot write the chapter's temporary copy: {exc}") from exc
         parameters, profile = validate_parameters(md, params, source)
         final = inside(out, chapter, profile)
         from hoplib.results import check_writable

@@ -14,6 +14,7 @@ def load_script(name: str) -> ModuleType:
     try:
         spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # as `import name` from another script finds it (and dataclasses need it)
         spec.loader.exec_module(module)
         return module
     finally:

@@ -159,7 +159,7 @@ def test_the_built_books_downloads_hold_no_solution():
 def test_the_instructor_edition_is_published_beside_the_student_one_and_the_teaching_page_says_where():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
     runs = [s.get("run", "") for s in workflow["jobs"]["build"]["steps"]]
-    assert runs.index("bash scripts/build_instructor.sh") == runs.index("bash scripts/build.sh") + 1
+    assert runs.index("bash scripts/build_instructor.sh") > runs.index("bash scripts/build.sh")  # from its cache
     assert "bash scripts/build_instructor.sh" not in (ROOT / ".ci" / "run").read_text(), "CI's test run stays lean"
     script = (ROOT / "scripts" / "build_instructor.sh").read_text()
     assert "cp -r _build/instructor/_build/html _build/html/instructor" in script

@@ -29,7 +29,7 @@ def _imports(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("path", CORE + [HOPLIB / "_book" / "notebook.py"], ids=lambda p: p.name)
-def test_the_core_and_the_notebook_start_import_no_part_of_the_book(path):  # _book/profiles lists every part's runs
+def test_the_core_and_the_notebook_start_import_no_part_of_the_book(path):
     parts = {f"hoplib.{p}" for p in PARTS}
     bad = sorted(n for n in _imports(path) if any(n == p or n.startswith(p + ".") for p in parts))
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"

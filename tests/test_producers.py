@@ -64,7 +64,7 @@ def test_every_stored_file_of_a_chapter_names_its_one_producer():
 
 @pytest.mark.parametrize("profile", ["cpu", "paper"])
 def test_the_rnn_command_trains_the_settings_of_the_chapters_profile(profile):
-    from hoplib._book.profiles import chapter_profiles
+    chapter_profiles = load_script("profiles").chapter_profiles
 
     script = load_script("run_rnn").PROFILES[profile]["training"]
     page = chapter_profiles("rnn")[profile]

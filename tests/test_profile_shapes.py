@@ -10,9 +10,13 @@ import re
 
 import pytest
 import torch
+from _scripts import load_script
 
-from hoplib import costs, grids
-from hoplib._book import profiles as P
+from hoplib import grids
+from hoplib.results import load_stored
+
+P = load_script("profiles")
+costs = load_script("step_costs")
 
 TABLES = {c: P.chapter_profiles(c) for c in P.TRAINING_CHAPTERS + P.OTHER_CHAPTERS}
 SHAPES = {}  # (chapter, key) -> job, one per shape over both profiles
@@ -124,3 +128,9 @@ def test_the_readme_cost_table_is_the_generated_one():
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     block = text.split("<!-- cost table: generated, do not edit -->\n")[1].split("\n<!-- end of cost table -->")[0]
     assert block == P.cost_table_markdown()
+
+
+def test_the_pages_cost_table_is_the_generated_one():
+    stored = load_stored(P.TABLE_FILE).data  # python scripts/profiles.py --table rewrites it
+    assert stored["summary"] == P.cost_table().reset_index().to_dict(orient="records")
+    assert stored["detail"] == P.cost_table(detail=True).reset_index().to_dict(orient="records")

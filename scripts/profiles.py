@@ -8,19 +8,22 @@ evaluates it on a few samples. Every chapter that trains has four profiles: ``qu
 CPU), ``cpu`` (the stored CPU runs), ``gpu`` (one free Colab T4, about half an hour) and ``paper`` (the authors'
 sizes); the others have ``quick`` and ``paper``.
 
-Costs: one step of every model shape is counted once on a CPU by :func:`hoplib.costs.per_step` and stored in
-``results/benchmarks/step_costs.json`` (``python -m hoplib._book.profiles``, which fills in missing shapes);
+Costs: one step of every model shape is counted once on a CPU by :func:`step_costs.per_step` and stored in
+``results/benchmarks/step_costs.json`` (``python scripts/profiles.py``, which fills in missing shapes);
 :func:`estimate` multiplies them out, and :func:`cost_table` is the table the landing and teaching pages show.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: step_costs, also when loaded by path
 
 TRAINING_CHAPTERS = ("training", "rnn", "efficient_attention", "chain_of_thought", "gnn")
 """The chapters that train models: profiles ``quick``, ``cpu``, ``gpu``, ``paper``."""
@@ -238,9 +241,9 @@ def stored_step_costs() -> dict[str, dict[str, float]]:
 
 
 def count_step(job: Job) -> dict[str, float]:
-    """One step of ``job``'s model counted on a CPU at batch 2 (:func:`hoplib.costs.per_step`): FLOPs per
+    """One step of ``job``'s model counted on a CPU at batch 2 (:func:`step_costs.per_step`): FLOPs per
     sample (a step's FLOPs grow with the batch) and launches (they do not)."""
-    from hoplib import costs
+    import step_costs as costs
 
     step = costs.per_step(lambda n: job.run(n, 2), short=1, long=2)
     return {"flops_per_sample": step.flops / 2, "launches": step.launches}
@@ -248,16 +251,16 @@ def count_step(job: Job) -> dict[str, float]:
 
 def estimate(chapter: str, profile: str, step_costs: dict[str, dict[str, float]] | None = None,
              profiles: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Models, model-steps, FLOPs, launches and the ESTIMATED T4 seconds (:func:`hoplib.costs.gpu_seconds`)
+    """Models, model-steps, FLOPs, launches and the ESTIMATED T4 seconds (:func:`step_costs.gpu_seconds`)
     of the training ``profile`` of ``chapter`` does, from the stored step costs (``KeyError`` naming a shape
     not counted yet). An ensemble group's step costs the sum of its FLOPs and its largest model's launches."""
-    from hoplib import costs
+    import step_costs as costs
 
     step_costs = stored_step_costs() if step_costs is None else step_costs
     listed = jobs(chapter, profile, profiles)
     if missing := sorted({j.key for j in listed} - set(step_costs)):
         raise KeyError(f"no stored step cost for {len(missing)} shapes of {chapter}/{profile} (e.g. {missing[0]}); "
-                       "run: python -m hoplib._book.profiles")
+                       "run: python scripts/profiles.py")
     groups: dict[Any, list[Job]] = {}
     for j in listed:
         groups.setdefault(j.group or id(j), []).append(j)
@@ -315,7 +318,7 @@ def profile_cost(chapter: str, profile: str, step_costs: dict | None = None,
                  profiles: dict | None = None) -> dict[str, Any]:
     """Where ``profile`` of ``chapter`` runs and what it costs: ``{"runs on", "models", "model-steps", "FLOP",
     "launches", "time"}``; CPU times are the stored runs' (measured), GPU times :func:`estimate`'s."""
-    from hoplib import costs
+    import step_costs as costs
 
     row: dict[str, Any] = {"runs on": "CPU", "models": None, "model-steps": None, "FLOP": None, "launches": None}
     if chapter in OTHER_CHAPTERS:
@@ -340,7 +343,7 @@ def profile_cost(chapter: str, profile: str, step_costs: dict | None = None,
 def cost_table(detail: bool = False):
     """The table the landing, teaching and README pages show: per chapter (rows) and profile, where it runs and
     how long it takes (CPU: measured on the stored runs; GPU: ESTIMATED from FLOPs and launches, see
-    :mod:`hoplib.costs`). ``detail``: one row per (chapter, profile) with models, steps, FLOPs and launches."""
+    :mod:`step_costs`). ``detail``: one row per (chapter, profile) with models, steps, FLOPs and launches."""
     import pandas as pd
 
     step_costs, rows = stored_step_costs(), []
@@ -368,6 +371,21 @@ def cost_table_markdown() -> str:
     return "\n".join(lines)
 
 
+TABLE_FILE = "benchmarks/cost_table.json"
+"""The cost table as the landing and teaching pages read it (written by ``python scripts/profiles.py --table``)."""
+
+
+def store_cost_table() -> Path:
+    """Write :func:`cost_table`, both forms, to ``results/<TABLE_FILE>`` (the pages show it from there)."""
+    from hoplib.results import results_dir, save_results
+
+    short, detail = cost_table(), cost_table(detail=True)
+    data = {"summary": short.reset_index().to_dict(orient="records"),
+            "detail": detail.reset_index().to_dict(orient="records")}
+    return save_results(results_dir() / TABLE_FILE, data, {"gpu": "T4, estimated", "free_gpu_s": FREE_GPU_S},
+                        "cpu")
+
+
 def fill_step_costs(chapters: tuple[str, ...] = TRAINING_CHAPTERS,
                     profiles: tuple[str, ...] = PROFILE_NAMES) -> Path:
     """Count every shape of ``profiles`` of ``chapters`` not yet in ``results/benchmarks/step_costs.json`` and store
@@ -387,9 +405,8 @@ def fill_step_costs(chapters: tuple[str, ...] = TRAINING_CHAPTERS,
                 if job.key not in done:
                     done[job.key] = count_step(job)
                     print(f"{chapter}/{profile}: {job.key}: {done[job.key]}", flush=True)
-                    save_results(path, dict(sorted(done.items())),
-                                 {"counted_on": "cpu", "batch_size": 2, "method": "hoplib.costs.per_step"}, "cpu",
-                                 time.perf_counter() - t0)
+                    method = {"counted_on": "cpu", "batch_size": 2, "method": "scripts/step_costs.py per_step"}
+                    save_results(path, dict(sorted(done.items())), method, "cpu", time.perf_counter() - t0)
     return path
 
 
@@ -398,8 +415,11 @@ def main(argv: list[str] | None = None) -> int:
                                             f"and store it in results/{COSTS_FILE}.")
     p.add_argument("--chapter", action="append", choices=TRAINING_CHAPTERS, help="only these chapters")
     p.add_argument("--profile", action="append", choices=PROFILE_NAMES, help="only these profiles")
+    p.add_argument("--table", action="store_true", help=f"then write the cost table to results/{TABLE_FILE}")
     args = p.parse_args(argv)
     print(fill_step_costs(tuple(args.chapter or TRAINING_CHAPTERS), tuple(args.profile or PROFILE_NAMES)))
+    if args.table:
+        print(store_cost_table())
     return 0
 
 
