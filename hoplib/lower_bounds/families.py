@@ -207,14 +207,13 @@ def capacity_runs(root: str | None = None):  # root: a results/ folder (default 
     ``seed, steps, error`` at k = 1, ``state_bits`` (all layers) and ``ratio``, the state over the
     |Sigma| log2 |Sigma| bits of the one-hop table. A DataFrame."""
     import math
+    from pathlib import Path
 
     import pandas as pd
 
     from hoplib.results import load_stored, results_dir
 
     rows = []
-    from pathlib import Path
-
     for path in sorted((Path(root or results_dir()) / "rnn" / "cpu").glob("capacity*.json")):
         name = path.stem
         if name.endswith(".partial") or name.startswith("capacity_lr"):
