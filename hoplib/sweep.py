@@ -115,12 +115,47 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
     The output is checked before the first point (:func:`check_results_path`); a write that fails later raises
     :class:`~hoplib.results.OutputError` saying what the partial file keeps.
     """
-    from hoplib.results import check_results_path, exclusive
+    from hoplib.results import OutputError, check_results_path, exclusive, save_results
 
     path = check_results_path(path, overwrite=overwrite)  # a folder, an existing file, no room: before any work
     with exclusive(path):  # a second process on the same file is refused, not raced
-        return _run_sweep(job, points, path, params, device=device, workers=workers, overwrite=overwrite,
-                          executor=executor, still_valid=still_valid)
+        if path.exists() and not overwrite:  # written by another process between the check and the lock
+            raise ValueError(f"{path} exists; pass --overwrite to replace it")
+        partial = path.with_name(path.stem + ".partial.json")
+        key = json.loads(json.dumps({"points": list(points), "params": params}, default=str))
+        done = _resumable(partial, key, overwrite)
+        if still_valid is not None and (stale := [i for i in sorted(done) if not still_valid(i, points[i], done[i])]):
+            for i in stale:
+                del done[i]
+            print(f"{partial.name}: {len(stale)} finished points have changed inputs; running them again")
+        if done:
+            print(f"resuming {path.name}: {len(done)} of {len(points)} points already done")
+
+        stored = [len(done)]  # points in the partial file on disk
+
+        def keep(_: list[Any]) -> None:
+            try:
+                save_results(partial, {**key, "done": {str(i): r for i, r in sorted(done.items())}},
+                             {**params, "complete": False}, device)
+            except OSError as exc:  # disk full, folder gone read-only: say what is kept, no traceback
+                what = f"{partial} keeps {stored[0]} of them" if stored[0] else "no point was stored"
+                raise OutputError(f"cannot write {partial} ({exc.strerror or exc}) after {len(done)} of "
+                                  f"{len(points)} points; {what}; free space and rerun the same command to "
+                                  "resume") from exc
+            stored[0] = len(done)
+
+        t0 = time.perf_counter()
+        results = map_points(job, points, workers=workers, device=device, executor=executor, done=done,
+                             on_result=keep)
+        rows = [r for res in results for r in (res if isinstance(res, list) else [res])]
+        try:
+            out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path} ({exc.strerror or exc}); {partial} keeps all {len(points)} "
+                              "points; free space and rerun the same command to write it") from exc
+        partial.unlink(missing_ok=True)
+        print(f"wrote {out} ({len(rows)} records, {time.perf_counter() - t0:.0f} s)")
+        return rows
 
 
 def _resumable(partial: Path, key: dict[str, Any], overwrite: bool) -> dict[int, Any]:
@@ -149,49 +184,6 @@ def _resumable(partial: Path, key: dict[str, Any], overwrite: bool) -> dict[int,
         raise ValueError(f"{partial} holds {n_held} finished points made by commit {commit}, not by this code "
                          f"({now}); pass --overwrite to start afresh")
     return done
-
-
-def _run_sweep(job: Job, points: Sequence[Any], path: Path, params: dict[str, Any], *, device: str,
-               workers: int, overwrite: bool, executor: Any,
-               still_valid: Callable[[int, Any, Any], bool] | None) -> list[Any]:
-    from hoplib.results import OutputError, save_results
-
-    if path.exists() and not overwrite:  # written by another process between the check and the lock
-        raise ValueError(f"{path} exists; pass --overwrite to replace it")
-    partial = path.with_name(path.stem + ".partial.json")
-    key = json.loads(json.dumps({"points": list(points), "params": params}, default=str))
-    done = _resumable(partial, key, overwrite)
-    if still_valid is not None and (stale := [i for i in sorted(done) if not still_valid(i, points[i], done[i])]):
-        for i in stale:
-            del done[i]
-        print(f"{partial.name}: {len(stale)} finished points have changed inputs; running them again")
-    if done:
-        print(f"resuming {path.name}: {len(done)} of {len(points)} points already done")
-
-    stored = [len(done)]  # points in the partial file on disk
-
-    def keep(_: list[Any]) -> None:
-        try:
-            save_results(partial, {**key, "done": {str(i): r for i, r in sorted(done.items())}},
-                         {**params, "complete": False}, device)
-        except OSError as exc:  # disk full, folder gone read-only: say what is kept, no traceback
-            what = f"{partial} keeps {stored[0]} of them" if stored[0] else "no point was stored"
-            raise OutputError(f"cannot write {partial} ({exc.strerror or exc}) after {len(done)} of {len(points)} "
-                              f"points; {what}; free space and rerun the same command to resume") from exc
-        stored[0] = len(done)
-
-    t0 = time.perf_counter()
-    results = map_points(job, points, workers=workers, device=device, executor=executor, done=done,
-                         on_result=keep)
-    rows = [r for res in results for r in (res if isinstance(res, list) else [res])]
-    try:
-        out = save_results(path, rows, params, device, time.perf_counter() - t0, workers=workers)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); {partial} keeps all {len(points)} "
-                          "points; free space and rerun the same command to write it") from exc
-    partial.unlink(missing_ok=True)
-    print(f"wrote {out} ({len(rows)} records, {time.perf_counter() - t0:.0f} s)")
-    return rows
 
 
 def kept_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[str, Any], *, device: str = "cpu",

@@ -27,7 +27,6 @@ from hoplib.device import autocast, get_device, seed_everything
 from hoplib.evaluate import per_k_error, per_k_errors, samples_per_k
 from hoplib.models import GPT, GPTConfig, GPTEnsemble, check_ids, count_parameters
 from hoplib.results import (
-    FileLock,
     LockedError,
     atomic_write,
     atomic_write_text,
@@ -650,9 +649,11 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.
             if not bool(((y >= task.vocab.first_letter) & (y < task.vocab.no_answer)).any()):
                 raise ValueError(f"{task!r} has no letter target at k = {k} in its {n} test samples (seed {seed}):"
                                  " the error there is undefined; lower max_hops or raise seq_len or eval_samples")
-    try:  # fail before training, not after
+    try:  # fail before training, not after; the lock is taken over only from a process that is gone
         out.mkdir(parents=True, exist_ok=True)
-        lock = _lock(out)
+        lock = take_lock(out / ".lock", out)
+    except LockedError as exc:  # a live process holds it: named with its host
+        raise RunConflictError(str(exc)) from None
     except OSError as exc:
         raise ValueError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from exc
     try:
@@ -676,15 +677,6 @@ def train_run(config: RunConfig, out: str | os.PathLike, *, device: str | torch.
         return record
     finally:
         lock.release()
-
-
-def _lock(out: Path) -> FileLock:
-    """Take ``out/.lock`` (:func:`~hoplib.results.take_lock`: atomic, taken over only from a process that
-    is gone); :class:`RunConflictError` naming the process and its host while a live one holds it."""
-    try:
-        return take_lock(out / ".lock", out)
-    except LockedError as exc:
-        raise RunConflictError(str(exc)) from None
 
 
 def config_argv(config: RunConfig) -> list[str]:

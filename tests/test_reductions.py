@@ -1,8 +1,13 @@
-"""Tests of hoplib.lower_bounds.reductions: the Longformer reduction (Cor. 5.4; the kernel one of Cor. 5.3 and both
-bit formulas are asserted in chapters/efficient_attention.md), and of the attention sweeps."""
+"""Tests of the Longformer reduction (Cor. 5.4) of chapters/efficient_attention.md, its cells tagged
+``reduction-code`` run here on their own (the kernel one of Cor. 5.3 and both bit formulas are asserted in the
+chapter), and of the attention sweeps."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
+import jupytext
 import numpy as np
 import pytest
 import torch
@@ -12,10 +17,15 @@ from hypothesis import strategies as st
 from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import efficient_attention as attn
 from hoplib.lower_bounds import pointer_chasing as pc
-from hoplib.lower_bounds import reductions as eff
 from hoplib.models import GPT, GPTConfig, gpt_for_task
 from hoplib.report import ErrorRecord, smallest_depth
 from hoplib.tasks import HopTask
+
+CHAPTER = Path(__file__).resolve().parent.parent / "chapters" / "efficient_attention.md"
+_CELLS: dict = {}  # the names the chapter's reduction-code cells define (they import what they use)
+exec(compile("\n\n".join(c.source for c in jupytext.read(CHAPTER, fmt="md:myst").cells  # noqa: S102
+                          if "reduction-code" in c.metadata.get("tags", [])), str(CHAPTER), "exec"), _CELLS)
+eff = SimpleNamespace(**_CELLS)
 
 
 def _gpt(kind: str, n: int, vocab: int, seed: int = 0, **kw) -> GPT:
@@ -64,7 +74,7 @@ def test_longformer_protocol_fails_if_a_needed_token_is_withheld(monkeypatch):
         posts[2] = posts[2][:-1]  # P_2 withholds its last token
         return posts
 
-    monkeypatch.setattr(eff, "posted_positions", fewer)
+    monkeypatch.setitem(_CELLS, "posted_positions", fewer)  # the name the protocol's cells look up
     out, _ = eff.simulate_longformer_protocol(model, x, 3)
     assert (out - direct).abs().max().item() > 1e-4
 
