@@ -140,7 +140,8 @@ def crossing_k(errors: Mapping[int, float],
     ends the known range). A NaN or infinite error is a ValueError (it would
     give a crossing of NaN)."""
     if bad := [(k, e) for k, e in errors.items() if not math.isfinite(e)]:
-        raise ValueError(f"crossing_k: the error at k = {bad[0][0]} is {bad[0][1]}, not a finite number")
+        k, e = bad[0]
+        raise ValueError(f"crossing_k: the error at k = {k} is {e}, not finite")
     prev_k, prev_e = 0, 0.0
     while (k := prev_k + 1) in errors:
         e = errors[k]

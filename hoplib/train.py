@@ -343,7 +343,8 @@ def optimise(model: nn.Module, step_loss: Callable[[int], torch.Tensor],
     or one per model of an ensemble). With ``checkpoint``, saves every
     ``checkpoint_every`` steps and resumes a checkpoint of the same ``config``
     and ``settings``; ``progress``: a bar of this run, or a sweep's
-    :class:`Progress`. Returns ``{"loss", "evals", "steps_done", "wall_time_s"}``."""
+    :class:`Progress`. Returns ``{"loss", "evals", "steps_done",
+    "wall_time_s"}``."""
     dev = get_device(device)
     params = list(model.parameters())
     fused = dev.type == "cuda" and all(p.is_cuda and p.is_floating_point()
