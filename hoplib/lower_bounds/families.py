@@ -252,5 +252,5 @@ def plot_capacity(runs: Any, ax=None, *, steps: int | None = None):
     ax.axvline(1, color="0.4", ls=":", lw=1)
     ax.axhline(report.THRESHOLD, color="0.6", lw=0.8)
     ax.set(xscale="log", ylim=(-0.03, 1.03), xlabel="state bits / (|Σ| log₂ |Σ|)", ylabel="test error at k = 1")
-    ax.legend(fontsize=9, loc="center right")
+    ax.legend(fontsize=9, loc="lower left", bbox_to_anchor=(0.0, 0.12))  # clear of the lines
     return ax
