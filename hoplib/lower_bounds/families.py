@@ -153,16 +153,19 @@ def alphabet_point(index: int, point: Mapping[str, Any], settings: Mapping[str, 
 def family_crossings(seeds: Sequence[int] = (0, 1, 2)):
     """The k where the error crosses :data:`hoplib.report.THRESHOLD`, per family, depth and seed, of every model
     the book trains on the training chapter's cpu task (N = 64, k <= 8, 4,000 steps, width 64): the equal-tuning
-    run of the rnn chapter (GRU, LSTM, Mamba-style, transformer, each at its own best rate, ``seeds`` where
-    stored) and the efficient-attention chapter's matched run (Performer, Longformer: seed 0, the transformers'
-    2e-3). A DataFrame with ``family, depth, seed, k*, censored, run, lr`` (the model's learning rate)."""
+    run of the rnn chapter (GRU, LSTM, Mamba-style, transformer, each at its own best rate) and the
+    efficient-attention chapter's matched run (Performer, Longformer at the transformers' 2e-3), ``seeds`` where
+    stored. A DataFrame with ``family, depth, seed, k*, censored, run, lr`` (the model's learning rate)."""
     import pandas as pd
 
     from hoplib import report
     from hoplib.results import load_stored
 
-    runs = [("equal", load_stored(f"rnn/cpu/equal{f'_seed{s}' if s else ''}.json", required=s == 0))
-            for s in seeds] + [("matched", load_stored("efficient_attention/cpu/matched.json"))]
+    def run_file(run: str, name: str, seed: int):
+        return run, load_stored(f"{name}{f'_seed{seed}' if seed else ''}.json", required=seed == 0)
+
+    runs = [run_file("equal", "rnn/cpu/equal", s) for s in seeds]
+    runs += [run_file("matched", "efficient_attention/cpu/matched", s) for s in seeds]
     rows = []
     for run, stored in runs:
         if stored is None:
