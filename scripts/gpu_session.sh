@@ -1,58 +1,92 @@
 #!/usr/bin/env bash
-# On a CUDA machine: measure training throughput on the paper grid (Section 4.2 / Appendix G), then start the
-# paper sweep for the time left. From the repository root, with the CUDA build of torch installed (README):
+# On a CUDA machine: run every training chapter with profile "gpu" (what a Colab user with a GPU runs), then
+# measure training throughput on the paper grid (Section 4.2 / Appendix G). From the repository root:
 #   bash scripts/gpu_session.sh
-# It runs, within TOTAL_S seconds (default 520):
+# Needs torch with CUDA, numpy, pandas, matplotlib and tqdm; no Jupyter: each chapter's Colab notebook runs
+# in plain Python through benchmarks/run_plain.py, which times every cell. Within TOTAL_S seconds (default 3600):
 #   1. a record of the machine (GPU, driver, CUDA, torch) in $OUT/env.txt;
-#   2. benchmarks/bench_gpu.py for BENCH_S seconds (default 300): $OUT/bench_gpu_cuda.json, steps per second and
-#      the share of the GPU's bf16 peak (copy it to results/training/ to show it in the training appendix);
-#   3. with the time left, the paper grid into $OUT/paper, one architecture group after another (the first: L=2,
-#      m=128, three regimes stacked), stopped at the time box. Running the script again measures again (replacing
-#      the benchmark file) and resumes the grid from its checkpoints; on a cluster the same grid runs as a Slurm
-#      job array: python scripts/run_training.py --grid paper --ensemble --device cuda --slurm runs/slurm \
-#      --out $OUT/paper.
-# $OUT defaults to .tmp/gpu_out. Other settings (environment): DEVICE (cuda), PYTHON (python3),
-# CHECKPOINT_EVERY (1000 steps), SOURCE_COMMIT (recorded as the benchmark's source commit where the checkout has
-# no .git). A dry run on a CPU: DEVICE=cpu BENCH_ARGS=--tiny CHECKPOINT_EVERY=2 TOTAL_S=150 PYTHON=python.
+#   2. the chapters in CHAPTERS, each with -p profile gpu -p device cuda and its results under
+#      $OUT/work/runs (rerunning resumes them), each into $OUT/work/<chapter>.ipynb with every cell's wall
+#      time; all at once when CONCURRENT=1 (then their times include each other's load), else one by one;
+#      each stopped at CHAPTER_S seconds;
+#   3. benchmarks/bench_gpu.py for the time left, at most BENCH_S (default 300) seconds:
+#      $OUT/work/bench_gpu_cuda.json (copy it to results/training/ to show it in the training appendix);
+#   4. $OUT/summary.txt (per chapter: status, wall time, slowest cells) and $OUT/session.tar.gz (everything
+#      under $OUT/work but model weights).
+# The paper grid itself: python scripts/run_training.py --grid paper --ensemble --device cuda --out runs/paper.
+# Other settings (environment): OUT (.tmp/gpu_out), WORK ($OUT/work), DEVICE (cuda), PYTHON (python3), SOURCE_COMMIT (recorded
+# where the checkout has no .git). A dry run on a CPU:
+#   DEVICE=cpu PROFILE=quick BENCH_ARGS=--tiny TOTAL_S=300 PYTHON=python bash scripts/gpu_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.tmp/gpu_out}
 DEVICE=${DEVICE:-cuda}
-CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
+PROFILE=${PROFILE:-gpu}
 PY=${PYTHON:-python3}
-TOTAL_S=${TOTAL_S:-520}
+TOTAL_S=${TOTAL_S:-3600}
 BENCH_S=${BENCH_S:-300}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+CHAPTER_S=${CHAPTER_S:-$((TOTAL_S - 120))}
+CHAPTERS=${CHAPTERS:-training rnn efficient_attention chain_of_thought gnn}
+WORK=${WORK:-$OUT/work}
+mkdir -p "$WORK/runs"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 if [ -n "${SOURCE_COMMIT:-}" ]; then export HOPLIB_SOURCE_COMMIT=$SOURCE_COMMIT; fi
 commit=${SOURCE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 start=$SECONDS
+left() { echo $((TOTAL_S - (SECONDS - start) - 40)); }
 
 echo "== environment (source commit $commit)"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   "$PY" -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda)"; nproc
 } 2>&1 | tee "$OUT/env.txt"
 
-echo "== benchmark (budget ${BENCH_S} s)"
-timeout $((BENCH_S + 90)) "$PY" benchmarks/bench_gpu.py --device "$DEVICE" --budget-s "$BENCH_S" \
-  --out "$OUT/bench_gpu_$DEVICE.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_gpu.log"
-
-left=$((TOTAL_S - (SECONDS - start) - 30))
-if [ "$left" -gt 60 ]; then
-  echo "== paper grid, for ${left} s"
-  timeout "$left" "$PY" scripts/run_training.py --grid paper --ensemble --device "$DEVICE" \
-    --no-progress --checkpoint-every "$CHECKPOINT_EVERY" --out "$OUT/paper" 2>&1 | tee "$OUT/sweep.log"
-  echo "sweep exit status ${PIPESTATUS[0]} (124: stopped by its time box; rerunning resumes from the checkpoint)"
-  "$PY" - "$OUT/paper" <<'EOF' 2>&1 | tee -a "$OUT/sweep.log"
-import sys, pathlib, torch
-for ck in sorted(pathlib.Path(sys.argv[1]).glob("_ensembles/*/checkpoint.pt")):
-    s = torch.load(ck, map_location="cpu", weights_only=True)
-    h = s["history"]
-    print(f"{ck.parent.name}: {s['step']} steps in {h['wall_time_s']:.0f} s "
-          f"({s['step'] / max(h['wall_time_s'], 1e-9):.1f} steps/s), last losses {h['loss'][-1]}")
-EOF
+chapter() {  # one chapter with the profile, stopped at its time box; its exit status and wall time in a file
+  local name=$1 box=$2 t0=$SECONDS
+  timeout "$box" "$PY" benchmarks/run_plain.py "chapters/$name.ipynb" --out "$WORK/$name.ipynb" \
+    -p profile "$PROFILE" -p device "$DEVICE" -p out_dir "$WORK/runs" > "$WORK/$name.log" 2>&1
+  echo "$name exit $? wall $((SECONDS - t0)) s" | tee "$WORK/$name.status"
+}
+n=$(echo $CHAPTERS | wc -w)
+echo "== chapters with profile $PROFILE: $CHAPTERS"
+if [ "${CONCURRENT:-0}" = 1 ]; then
+  export OMP_NUM_THREADS=$(( $(nproc) / n > 0 ? $(nproc) / n : 1 ))
+  box=$(( $(left) - BENCH_S < CHAPTER_S ? $(left) - BENCH_S : CHAPTER_S ))
+  for c in $CHAPTERS; do chapter "$c" "$box" & done
+  wait
 else
-  echo "== no time left for the sweep (${left} s)"
+  for c in $CHAPTERS; do
+    box=$(( $(left) < CHAPTER_S ? $(left) : CHAPTER_S ))
+    [ "$box" -gt 10 ] && chapter "$c" "$box"
+  done
 fi
+unset OMP_NUM_THREADS
+
+b=$(( $(left) < BENCH_S ? $(left) : BENCH_S ))
+if [ "$b" -gt 30 ]; then
+  echo "== benchmark (budget ${b} s)"
+  timeout $((b + 20)) "$PY" benchmarks/bench_gpu.py --device "$DEVICE" --budget-s "$((b - 15))" \
+    --out "$WORK/bench_gpu_$DEVICE.json" ${BENCH_ARGS:-} > "$WORK/bench_gpu.log" 2>&1
+  tail -n 25 "$WORK/bench_gpu.log"
+else
+  echo "== no time left for the benchmark"
+fi
+
+"$PY" - "$WORK" $CHAPTERS <<'EOF' 2>&1 | tee "$OUT/summary.txt"
+import json, pathlib, sys
+work = pathlib.Path(sys.argv[1])
+for name in sys.argv[2:]:
+    status = work / f"{name}.status"
+    print(status.read_text().strip() if status.exists() else f"{name}: not started")
+    nb = work / f"{name}.ipynb"
+    if not nb.exists():
+        continue
+    cells = [c for c in json.loads(nb.read_text())["cells"] if "wall_s" in c.get("metadata", {})]
+    errors = [o for c in cells for o in c["outputs"] if o["output_type"] == "error"]
+    print(f"  {len(cells)} cells ran, {sum(c['metadata']['wall_s'] for c in cells):.0f} s in cells"
+          + (f"; error: {errors[0]['ename']}: {errors[0]['evalue'][:200]}" if errors else ""))
+    for c in sorted(cells, key=lambda c: -c["metadata"]["wall_s"])[:3]:
+        print(f"  {c['metadata']['wall_s']:8.1f} s  {''.join(c['source']).splitlines()[0][:70]}")
+EOF
+tar -czf "$OUT/session.tar.gz" -C "$WORK" --exclude='*.pt' --exclude='*.pth' .
 ls -l "$OUT"
 echo "total ${SECONDS} s"
