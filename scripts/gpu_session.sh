@@ -14,6 +14,7 @@
 #   4. $OUT/summary.txt (per chapter: status, wall time, slowest cells) and $OUT/session.tar.gz (everything
 #      under $OUT/work but model weights).
 # The paper grid itself: python scripts/run_training.py --grid paper --ensemble --device cuda --out runs/paper.
+# PARAMS adds chapter parameters (PARAMS="-p max_steps 200": a trial of every cell, each run cut to 200 steps).
 # Other settings (environment): OUT (.tmp/gpu_out), WORK ($OUT/work), DEVICE (cuda), PYTHON (python3), SOURCE_COMMIT (recorded
 # where the checkout has no .git). A dry run on a CPU:
 #   DEVICE=cpu PROFILE=quick BENCH_ARGS=--tiny TOTAL_S=300 PYTHON=python bash scripts/gpu_session.sh
@@ -43,7 +44,7 @@ echo "== environment (source commit $commit)"
 chapter() {  # one chapter with the profile, stopped at its time box; its exit status and wall time in a file
   local name=$1 box=$2 t0=$SECONDS
   timeout "$box" "$PY" benchmarks/run_plain.py "chapters/$name.ipynb" --out "$WORK/$name.ipynb" \
-    -p profile "$PROFILE" -p device "$DEVICE" -p out_dir "$WORK/runs" > "$WORK/$name.log" 2>&1
+    -p profile "$PROFILE" -p device "$DEVICE" -p out_dir "$WORK/runs" ${PARAMS:-} > "$WORK/$name.log" 2>&1
   echo "$name exit $? wall $((SECONDS - t0)) s" | tee "$WORK/$name.status"
 }
 n=$(echo $CHAPTERS | wc -w)
