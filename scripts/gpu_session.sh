@@ -11,8 +11,8 @@
 #      each stopped at CHAPTER_S seconds;
 #   3. benchmarks/bench_gpu.py for the time left, at most BENCH_S (default 300) seconds:
 #      $OUT/work/bench_gpu_cuda.json (copy it to results/training/ to show it in the training appendix);
-#   4. $OUT/summary.txt (per chapter: status, wall time, slowest cells) and $OUT/session.tar.gz (everything
-#      under $OUT/work but model weights).
+#   4. $OUT/summary.json (benchmarks/gpu_summary.py: per chapter its status, wall time, slowest cells and
+#      training progress) and $OUT/session.tar.gz (everything under $WORK but model weights).
 # The paper grid itself: python scripts/run_training.py --grid paper --ensemble --device cuda --out runs/paper.
 # PARAMS adds chapter parameters (PARAMS="-p max_steps 200": a trial of every cell, each run cut to 200 steps).
 # Other settings (environment): OUT (.tmp/gpu_out), WORK ($OUT/work), DEVICE (cuda), PYTHON (python3), SOURCE_COMMIT (recorded
@@ -72,22 +72,11 @@ else
   echo "== no time left for the benchmark"
 fi
 
-"$PY" - "$WORK" $CHAPTERS <<'EOF' 2>&1 | tee "$OUT/summary.txt"
-import json, pathlib, sys
-work = pathlib.Path(sys.argv[1])
-for name in sys.argv[2:]:
-    status = work / f"{name}.status"
-    print(status.read_text().strip() if status.exists() else f"{name}: not started")
-    nb = work / f"{name}.ipynb"
-    if not nb.exists():
-        continue
-    cells = [c for c in json.loads(nb.read_text())["cells"] if "wall_s" in c.get("metadata", {})]
-    errors = [o for c in cells for o in c["outputs"] if o["output_type"] == "error"]
-    print(f"  {len(cells)} cells ran, {sum(c['metadata']['wall_s'] for c in cells):.0f} s in cells"
-          + (f"; error: {errors[0]['ename']}: {errors[0]['evalue'][:200]}" if errors else ""))
-    for c in sorted(cells, key=lambda c: -c["metadata"]["wall_s"])[:3]:
-        print(f"  {c['metadata']['wall_s']:8.1f} s  {''.join(c['source']).splitlines()[0][:70]}")
-EOF
+"$PY" benchmarks/gpu_summary.py "$WORK" --env "$OUT/env.txt" --out "$OUT/summary.json" --overwrite \
+  --chapters "$CHAPTERS" --profile "$PROFILE" --params "${PARAMS:-}" --source-commit "$commit" \
+  $([ "${CONCURRENT:-0}" = 1 ] && echo --concurrent)
+"$PY" -c "import json, sys; [print(c) for c in json.load(open(sys.argv[1]))['data']['chapters']]" \
+  "$OUT/summary.json"
 tar -czf "$OUT/session.tar.gz" -C "$WORK" --exclude='*.pt' --exclude='*.pth' .
 ls -l "$OUT"
 echo "total ${SECONDS} s"

@@ -314,6 +314,33 @@ def _stored_seconds(patterns: list[str]) -> float | None:
     return sum(times) if times else None
 
 
+GPU_RUN_FILE = "benchmarks/gpu_profiles_h200.json"
+"""The ``gpu`` profiles run on one H200 by ``scripts/gpu_session.sh`` (all training chapters at once, each
+stopped at a time box), summarised by ``benchmarks/gpu_summary.py``."""
+
+
+def gpu_measured(chapter: str) -> str:
+    """The ``gpu`` profile's training time on the stored GPU run: measured where its progress bar finished,
+    else projected from the share it did; "not timed" where it did not train."""
+    import json
+
+    import step_costs as costs
+
+    from hoplib.results import results_dir
+
+    path = results_dir() / GPU_RUN_FILE
+    if not path.exists():
+        return "not timed"
+    record = {r["chapter"]: r for r in json.loads(path.read_text(encoding="utf-8"))["data"]["chapters"]}
+    bar = (record.get(chapter) or {}).get("training_progress")
+    if not bar or not bar["done"]:
+        return "not timed"
+    if bar["done"] == bar["total"]:
+        return f"{costs.duration(bar['elapsed_s'])} (measured)"
+    return (f"≈ {costs.duration(bar['projected_training_s'])} (projected: "
+            f"{bar['done'] / bar['total']:.0%} in {costs.duration(bar['elapsed_s'])})")
+
+
 def profile_cost(chapter: str, profile: str, step_costs: dict | None = None,
                  profiles: dict | None = None) -> dict[str, Any]:
     """Where ``profile`` of ``chapter`` runs and what it costs: ``{"runs on", "models", "model-steps", "FLOP",
@@ -337,13 +364,15 @@ def profile_cost(chapter: str, profile: str, step_costs: dict | None = None,
     fits = est["t4_seconds"] <= FREE_GPU_S
     return {**row, "runs on": "free T4" if fits else "larger GPU", "FLOP": costs.flops_text(est["flops"]),
             "launches": costs.flops_text(est["launches"]),
-            "time": f"T4 ≈ {costs.duration(est['t4_seconds'])} (estimate)"}
+            "time": f"T4 ≈ {costs.duration(est['t4_seconds'])} (estimate)",
+            **({"H200, shared": gpu_measured(chapter)} if profile == "gpu" else {})}
 
 
 def cost_table(detail: bool = False):
     """The table the landing, teaching and README pages show: per chapter (rows) and profile, where it runs and
     how long it takes (CPU: measured on the stored runs; GPU: ESTIMATED from FLOPs and launches, see
-    :mod:`step_costs`). ``detail``: one row per (chapter, profile) with models, steps, FLOPs and launches."""
+    :mod:`step_costs`, and for ``gpu`` the time on one H200 shared with the other training chapters, from
+    :data:`GPU_RUN_FILE`). ``detail``: one row per (chapter, profile) with models, steps, FLOPs and launches."""
     import pandas as pd
 
     step_costs, rows = stored_step_costs(), []
@@ -358,7 +387,9 @@ def cost_table(detail: bool = False):
             df[col] = [f"{int(v):,}" if v is not None and v == v else "" for v in df[col]]
         return df.set_index(["chapter", "profile"]).fillna("")
     where = df["runs on"].where(df["runs on"] != "free T4", "free GPU")
-    df["where, how long"] = where + ", " + df["time"]
+    shared = df["H200, shared"].map(lambda t: f"; H200, shared: {t.split(' (')[0]}"
+                                    if isinstance(t, str) and t != "not timed" else "")
+    df["where, how long"] = where + ", " + df["time"] + shared
     return (df.pivot(index="chapter", columns="profile", values="where, how long")
             .reindex(index=list(CHAPTER_ORDER), columns=list(PROFILE_NAMES)).fillna("-"))
 

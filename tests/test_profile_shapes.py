@@ -122,6 +122,16 @@ def test_the_parameters_cell_states_the_estimated_t4_time_of_gpu_and_paper(chapt
     assert all(len(line) <= 84 for line in cell.splitlines())
 
 
+_SHARED = re.compile(r"^#\s+one H200 shared by 5 chapters: (.+) \(measured rate\)$", re.M)
+
+
+@pytest.mark.parametrize("chapter", P.TRAINING_CHAPTERS)
+def test_the_parameters_cell_states_the_gpu_profiles_time_on_the_stored_h200_run(chapter):
+    stated = _SHARED.findall(P.code_cells(chapter)[0])
+    measured = P.gpu_measured(chapter)
+    assert stated == ([] if measured == "not timed" else [measured.split(" (")[0]])
+
+
 def test_the_readme_cost_table_is_the_generated_one():
     from pathlib import Path
 
