@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from hoplib.models import GPT, GPTConfig
-from hoplib.tasks import HopTask, find_k, hop
+from hoplib.tasks import HopTask, find
 
 CHAINS = ("none", "half", "full")
 
@@ -107,16 +107,19 @@ class CotTask:
     def from_letters(self, letters: torch.Tensor, ks: torch.Tensor) -> CotBatch:
         """The batch for letters (B, n) in 0..|Σ|-1 and hop counts ks (B,), on the letters' device."""
         v, b = self.vocab, letters.shape[0]
-        micro = []
-        for j in range(1, self.hop_task.max_hops + 1):  # @p_j and (p_j, a_j), from hoplib.tasks only
-            p, a = find_k(letters, j)[:, -1], hop(letters, j)[:, -1]
+        f = find(letters)  # find^1 at every position; p_j = find^j(N - 1) = f(p_{j-1})
+        p, micro, answers = torch.full_like(ks, letters.shape[1] - 1), [], [letters[:, -1]]
+        for _ in range(self.hop_task.max_hops):  # @p_j and (p_j, a_j), -1 absorbing
+            p = torch.where(p >= 0, f.gather(1, p.clamp(min=0)[:, None])[:, 0], p)
+            a = torch.where(p >= 0, letters.gather(1, p.clamp(min=0)[:, None])[:, 0], p)
             pair = self.pair_base + p.clamp(min=0) * self.hop_task.alphabet_size + a.clamp(min=0)
             micro += [torch.where(p >= 0, tok, v.no_answer) for tok in (self.ptr_base + p.clamp(min=0), pair)]
+            answers.append(a)
         micro_t = torch.stack(micro, 1) if micro else torch.zeros(b, 1, dtype=torch.long, device=letters.device)
         idx = self._table.to(letters.device)[ks]  # (B, L)
         chain = torch.gather(micro_t, 1, idx.clamp(min=0))
         chain = torch.where(idx >= 0, chain, torch.full_like(chain, v.blank))[:, :self.max_chain]
-        ans = hop(letters, ks)[:, -1]
+        ans = torch.stack(answers, 1).gather(1, ks[:, None])[:, 0]  # hop_k at N - 1
         answer = torch.where(ans >= 0, ans + v.first_letter, torch.full_like(ans, v.no_answer))
         prompt = torch.cat([ks.unsqueeze(1), letters + v.first_letter], dim=1)
         return CotBatch(prompt, chain, (idx >= 0).sum(dim=1), answer, ks, v.blank)
