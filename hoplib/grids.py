@@ -208,24 +208,11 @@ def _run_ensemble(configs: list[RunConfig], out: Path, *, device: str, overwrite
         write_run(out / run_name(c), model, rec)
 
 
-def _paths(out: Path, configs: list[RunConfig] | None) -> list[Path]:
+def result_paths(out: Path, configs: list[RunConfig] | None) -> list[Path]:
+    """The results.json of ``configs`` under ``out`` (default: every run folder's that exists)."""
     if configs is not None:
         return [out / run_name(c) / "results.json" for c in configs]
     return sorted(out.glob("*/results.json"))
-
-
-def run_status(out: str | Path, configs: list[RunConfig] | None = None) -> dict[str, str]:
-    """``{run folder: "complete" | "diverged" | "unfinished" | "missing"}`` for ``configs`` (default: every
-    run folder under ``out`` with a results.json)."""
-    status = {}
-    for path in _paths(Path(out), configs):
-        if not path.exists():
-            status[path.parent.name] = "unfinished" if (path.parent / "checkpoint.pt").exists() else "missing"
-            continue
-        rec = read_record(path)
-        status[path.parent.name] = ("complete" if rec.get("complete") else
-                                    "diverged" if rec.get("diverged") else "unfinished")
-    return status
 
 
 def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dict[str, Any]]:
@@ -234,7 +221,7 @@ def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dic
     integer, an error that is not a number in [0, 1]: :func:`~hoplib.results.check_fields`), raises
     ``ValueError`` naming the file."""
     table = []
-    for path in _paths(Path(out), configs):
+    for path in result_paths(Path(out), configs):
         if path.exists() and (rec := read_record(path)).get("complete"):
             check_fields(rec, str(path))
             try:

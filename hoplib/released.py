@@ -1,12 +1,11 @@
 """The authors' released checkpoints (HuggingFace ``GPT2Model`` state dicts, LayerNorm head) in hoplib's GPT:
-:func:`download` or :func:`extract_from_git` caches one (hash checked; never in this repository: no licence),
-:func:`load` converts it, :func:`evaluate_model` scores it with dropout off and on, as the authors did."""
+:func:`download` caches one (hash checked; never in this repository: no licence), :func:`load` converts it;
+``scripts/evaluate_released.py`` copies them from a clone and scores them with dropout off and on."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,6 @@ from urllib.request import urlopen
 
 import torch
 
-from hoplib import evaluate
 from hoplib.device import get_device
 from hoplib.models import GPT, GPTConfig
 from hoplib.tasks import HopTask
@@ -163,7 +161,7 @@ def available(cache_dir: str | os.PathLike | None = None) -> list[str]:
     return [n for n in RELEASED if _is_verified(cached_path(n, cache_dir), n)]
 
 
-def _fetch(name: str, cache_dir: str | os.PathLike | None, write: Callable[[BinaryIO], None]) -> Path:
+def fetch_verified(name: str, cache_dir: str | os.PathLike | None, write: Callable[[BinaryIO], None]) -> Path:
     """The cached file ``name``: unless a verified copy exists, ``write`` it to a temporary file, verify
     it, and rename it into place (the temporary file is removed on any failure)."""
     target = cached_path(name, cache_dir)
@@ -194,25 +192,9 @@ def download(name: str, cache_dir: str | os.PathLike | None = None, *, timeout: 
         except (URLError, OSError) as exc:
             raise ConnectionError(f"cannot download {name} from {url} (no network? "
                                   f"{getattr(exc, 'reason', exc)}); copy the file to {target} or use "
-                                  "hoplib.released.extract_from_git on a clone") from None
+                                  "scripts/evaluate_released.py --from-git-dir on a clone") from None
 
-    return _fetch(name, cache_dir, write)
-
-
-def extract_from_git(git_dir: str | os.PathLike, name: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Copy released model ``name`` out of a local clone (bare or not) of the authors' repository into the
-    cache, verified like a download; ``ValueError`` when the clone lacks the commit or the file."""
-    git = Path(git_dir).expanduser()
-    git = git / ".git" if (git / ".git").is_dir() else git
-    path = info(name).path
-
-    def write(fh: BinaryIO) -> None:
-        proc = subprocess.run(["git", "--git-dir", str(git), "show", f"{COMMIT}:{path}"],
-                              stdout=fh, stderr=subprocess.PIPE, check=False)
-        if proc.returncode != 0:
-            raise ValueError(f"{git_dir} has no {path} at {COMMIT[:8]}: {proc.stderr.decode().strip()}")
-
-    return _fetch(name, cache_dir, write)
+    return fetch_verified(name, cache_dir, write)
 
 
 # --------------------------------------------------------------------------- loading
@@ -300,48 +282,11 @@ def load(name: str, cache_dir: str | os.PathLike | None = None, device: str | to
     path = cached_path(name, cache_dir)
     if not path.is_file():
         raise FileNotFoundError(f"{name} is not in the cache {path.parent}; fetch it with "
-                                f"hoplib.released.download({name!r}) or extract_from_git")
+                                f"hoplib.released.download({name!r}) or scripts/evaluate_released.py --from-git-dir")
     verify(path, name)
     return load_checkpoint(path, device, heads=info(name).heads)
 
-
-# --------------------------------------------------------------------------- evaluation
-@torch.no_grad()
-def per_k_error_dropout(model: GPT, task: HopTask, *, n_samples: int = 100, seed: int = 0, dropout_seed: int = 0,
-                        metric: str = "pooled", ks: list[int] | None = None) -> dict[int, float]:
-    """Per-k error with dropout on (the model in training mode), as the authors' evaluation ran. Same samples
-    as :func:`hoplib.evaluate.per_k_error`; the masks come from ``dropout_seed``; the mode is restored."""
-    dev = next(model.parameters()).device
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-        torch.manual_seed(dropout_seed)
-        return {k: evaluate.errors_from_predictions(evaluate.predictions(model, x, 500, dropout=True), y, task, metric)
-                for k, x, y in evaluate.samples_per_k(task, ks, n_samples, seed, dev)}
-
-
-def evaluate_model(model: GPT, *, n_samples: int = 500, n_dropout: int = 200, seed: int = 0,
-                   ks: list[int] | None = None, n_align: int = 10, align_seed: int = 0,
-                   device: str | torch.device = "cpu") -> dict[str, Any]:
-    """The ``data`` of ``results/released/<name>.json``: ``errors`` ``{"paper", "pooled", "pooled_dropout"}``,
-    each ``{k: error}``, and ``alignment``, Appendix G.4's scores of every head against prev, find^0..16 and
-    start for every k (:func:`hoplib.evaluate.best_find_per_head`, stored by :func:`encode_alignment`)."""
-    task = released_task()
-    ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
-    errors = evaluate.per_k_errors(model, task, n_samples=n_samples, seed=seed, device=device, ks=ks)
-    errors["pooled_dropout"] = per_k_error_dropout(model, task, n_samples=n_dropout, seed=seed, ks=ks)
-    best = evaluate.best_find_per_head(model, task, ks=ks, js=range(task.max_hops + 1), n_samples=n_align,
-                                       seed=align_seed, device=device)
-    return {"errors": errors, "alignment": encode_alignment(best)}
-
-
-def encode_alignment(table: dict[str, Any]) -> dict[str, Any]:
-    """Compact JSON form of alignment scores: ``{"ks", "patterns", "scores_permille"}``, the last a nested
-    list [layer][head][k] of strings, each the P scores of one cell in thousandths, space-separated."""
-    permille = torch.round(torch.as_tensor(table["scores"]).float().clamp(0, 1) * 1000).long().tolist()
-    return {"ks": [int(k) for k in table["ks"]], "patterns": list(table["patterns"]),
-            "scores_permille": [[[" ".join(map(str, cell)) for cell in head] for head in layer]
-                                for layer in permille]}
-
-
+# --------------------------------------------------------------------------- stored results
 def decode_alignment(alignment: dict[str, Any]) -> torch.Tensor:
     """The alignment scores (L, H, K, P) of a stored ``alignment`` entry, in [0, 1]."""
     cells = [[[[int(v) for v in cell.split()] for cell in head] for head in layer]

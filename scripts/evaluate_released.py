@@ -13,14 +13,18 @@ repository, commit, path and SHA-256, and hoplib's commit). Existing results fil
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import torch
 
-from hoplib import models, released
+from hoplib import evaluate, models, released
+from hoplib.models import GPT
 from hoplib.results import OutputError, check_writable, save_results
+from hoplib.tasks import HopTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path
 from cli import out_path, run_cli  # noqa: E402
@@ -42,6 +46,59 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def extract_from_git(git_dir: str | Path, name: str, cache_dir: str | Path | None = None) -> Path:
+    """Copy released model ``name`` out of a local clone (bare or not) of the authors' repository into the
+    cache, verified like a download; ``ValueError`` when the clone lacks the commit or the file."""
+    git = Path(git_dir).expanduser()
+    git = git / ".git" if (git / ".git").is_dir() else git
+    path, commit = released.info(name).path, released.COMMIT
+
+    def write(fh: BinaryIO) -> None:
+        proc = subprocess.run(["git", "--git-dir", str(git), "show", f"{commit}:{path}"],
+                              stdout=fh, stderr=subprocess.PIPE, check=False)
+        if proc.returncode != 0:
+            raise ValueError(f"{git_dir} has no {path} at {commit[:8]}: {proc.stderr.decode().strip()}")
+
+    return released.fetch_verified(name, cache_dir, write)
+
+
+@torch.no_grad()
+def per_k_error_dropout(model: GPT, task: HopTask, *, n_samples: int = 100, seed: int = 0, dropout_seed: int = 0,
+                        metric: str = "pooled", ks: list[int] | None = None) -> dict[int, float]:
+    """Per-k error with dropout on (the model in training mode), as the authors' evaluation ran. Same samples
+    as :func:`hoplib.evaluate.per_k_error`; the masks come from ``dropout_seed``; the mode is restored."""
+    dev = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        torch.manual_seed(dropout_seed)
+        return {k: evaluate.errors_from_predictions(evaluate.predictions(model, x, 500, dropout=True), y, task, metric)
+                for k, x, y in evaluate.samples_per_k(task, ks, n_samples, seed, dev)}
+
+
+def evaluate_model(model: GPT, *, n_samples: int = 500, n_dropout: int = 200, seed: int = 0,
+                   ks: list[int] | None = None, n_align: int = 10, align_seed: int = 0,
+                   device: str | torch.device = "cpu") -> dict[str, Any]:
+    """The ``data`` of ``results/released/<name>.json``: ``errors`` ``{"paper", "pooled", "pooled_dropout"}``,
+    each ``{k: error}``, and ``alignment``, Appendix G.4's scores of every head against prev, find^0..16 and
+    start for every k (:func:`hoplib.evaluate.best_find_per_head`, stored by :func:`encode_alignment`)."""
+    task = released.released_task()
+    ks = list(range(task.min_hops, task.max_hops + 1)) if ks is None else list(ks)
+    errors = evaluate.per_k_errors(model, task, n_samples=n_samples, seed=seed, device=device, ks=ks)
+    errors["pooled_dropout"] = per_k_error_dropout(model, task, n_samples=n_dropout, seed=seed, ks=ks)
+    best = evaluate.best_find_per_head(model, task, ks=ks, js=range(task.max_hops + 1), n_samples=n_align,
+                                       seed=align_seed, device=device)
+    return {"errors": errors, "alignment": encode_alignment(best)}
+
+
+def encode_alignment(table: dict[str, Any]) -> dict[str, Any]:
+    """Compact JSON form of alignment scores (read back by :func:`hoplib.released.decode_alignment`):
+    ``{"ks", "patterns", "scores_permille"}``, the last a nested list [layer][head][k] of strings, each the P
+    scores of one cell in thousandths, space-separated."""
+    permille = torch.round(torch.as_tensor(table["scores"]).float().clamp(0, 1) * 1000).long().tolist()
+    return {"ks": [int(k) for k in table["ks"]], "patterns": list(table["patterns"]),
+            "scores_permille": [[[" ".join(map(str, cell)) for cell in head] for head in layer]
+                                for layer in permille]}
+
+
 def fetch(args: argparse.Namespace, wanted: list[str]) -> None:
     """Copy or download the wanted checkpoints into the cache; report the ones that cannot be had."""
     for name in wanted:
@@ -49,7 +106,7 @@ def fetch(args: argparse.Namespace, wanted: list[str]) -> None:
             continue
         try:
             if args.from_git_dir is not None:
-                released.extract_from_git(args.from_git_dir, name, args.cache_dir)
+                extract_from_git(args.from_git_dir, name, args.cache_dir)
             elif args.download:
                 released.download(name, args.cache_dir)
         except (ValueError, ConnectionError) as exc:
@@ -62,7 +119,7 @@ def evaluate_one(args: argparse.Namespace, name: str) -> Path:
     sha256 = released.verify(path, name)
     start = time.perf_counter()
     model = released.load(name, args.cache_dir, device="cpu")
-    data = released.evaluate_model(model, n_samples=args.n_samples, n_dropout=args.n_dropout, seed=args.seed,
+    data = evaluate_model(model, n_samples=args.n_samples, n_dropout=args.n_dropout, seed=args.seed,
                                    n_align=args.n_align, align_seed=args.seed, device="cpu")
     data["model"] = {"name": name, "depth": model_info.depth, "d_model": model_info.d_model,
                      "heads": model_info.heads, "n_train": model_info.n_train,

@@ -22,7 +22,7 @@ from typing import Any
 
 from hoplib import grids
 from hoplib.results import OutputError, check_writable
-from hoplib.train import RUN_KEYS, DivergedError, RunConfig, finished_results, load_checkpoint, train_run
+from hoplib.train import RUN_KEYS, DivergedError, RunConfig, finished_results, load_checkpoint, read_record, train_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/, also when loaded by path (tests)
 from cli import add_run_options, executor_from_args, out_path, positive_int, run_cli, run_device  # noqa: E402
@@ -57,11 +57,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_status(out: str | Path, configs: list[RunConfig] | None = None) -> dict[str, str]:
+    """``{run folder: "complete" | "diverged" | "unfinished" | "missing"}`` for ``configs`` (default: every
+    run folder under ``out`` with a results.json)."""
+    status = {}
+    for path in grids.result_paths(Path(out), configs):
+        if not path.exists():
+            status[path.parent.name] = "unfinished" if (path.parent / "checkpoint.pt").exists() else "missing"
+            continue
+        rec = read_record(path)
+        status[path.parent.name] = ("complete" if rec.get("complete") else
+                                    "diverged" if rec.get("diverged") else "unfinished")
+    return status
+
+
 def _grid(args: argparse.Namespace, device: str, executor: Any) -> int:
     grids.train_grid(args.grid, args.out, device=device, workers=args.workers, executor=executor,
                      overwrite=args.overwrite, progress=not args.no_progress, ensemble=_ENSEMBLE[args.ensemble],
                      compile=_COMPILE[args.compile], checkpoint_every=args.checkpoint_every)
-    status = grids.run_status(args.out, grids.grid(args.grid).configs())
+    status = run_status(args.out, grids.grid(args.grid).configs())
     if diverged := [name for name, s in status.items() if s == "diverged"]:
         print(f"error: {len(diverged)} run(s) diverged: {', '.join(diverged)} (see their results.json)",
               file=sys.stderr)
@@ -96,7 +110,7 @@ def _kept(args: argparse.Namespace) -> str:
     """What a stopped run or grid keeps in ``args.out``."""
     out = Path(args.out)
     if args.grid:
-        status = grids.run_status(out, grids.grid(args.grid).configs())
+        status = run_status(out, grids.grid(args.grid).configs())
         done = sum(s == "complete" for s in status.values())
         return f"{out} keeps {done} of {len(status)} runs complete (interrupted ones keep their checkpoints)"
     ck = out / "checkpoint.pt"

@@ -197,7 +197,7 @@ def test_cot_checkers_accept_the_reference_and_reject_a_letter_only_chain() -> N
 
 
 def test_gnn_checkers_accept_right_and_reject_wrong_answers():
-    ex = checkers("gnn")
+    ex = checkers("gnn", uses="reach-code")  # the exact GNN and the doubling
 
     def layer(h, edges):
         out = h.copy()

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from _scripts import load_script
 
 import hoplib.train as train_mod
-from hoplib.grids import GRIDS, Grid, collect, grid, run_name, run_status, stored_folder, train_grid
+from hoplib.grids import GRIDS, Grid, collect, grid, run_name, stored_folder, train_grid
 from hoplib.train import RunConfig, finished_results
 
 ROOT = Path(__file__).resolve().parents[1]
+run_status = load_script("run_training").run_status
 TINY = dict(seq_len=10, max_hops=2, steps=30, lr=3e-3, warmup_steps=3, batch_size=8, eval_samples=10)
 
 

@@ -1,13 +1,22 @@
-"""Lemma 3.2's routing layer delivers valid routings exactly; Theorem 3.1's transformer equals the simulator."""
+"""Lemma 3.2's routing layer delivers valid routings exactly; Theorem 3.1's transformer (the cells of
+chapters/mpc.md tagged ``transformer-mpc``, run here on their own) equals the simulator."""
 
+from pathlib import Path
+
+import jupytext
 import numpy as np
 import pytest
 
 from hoplib.mpc import MPCProtocolError
 from hoplib.mpc.protocols import hop_protocol
 from hoplib.mpc.routing import RoutingLayer, random_routing, routing_is_exact
-from hoplib.mpc.transformer_sim import TransformerMPC
 from hoplib.tasks import hop
+
+CHAPTER = Path(__file__).resolve().parent.parent / "chapters" / "mpc.md"
+_CELLS: dict = {}  # the names the chapter's transformer-mpc cells define (they import what they use)
+exec(compile("\n\n".join(c.source for c in jupytext.read(CHAPTER, fmt="md:myst").cells  # noqa: S102
+                          if "transformer-mpc" in c.metadata.get("tags", [])), str(CHAPTER), "exec"), _CELLS)
+TransformerMPC, input_independent_width = _CELLS["TransformerMPC"], _CELLS["input_independent_width"]
 
 
 @pytest.mark.parametrize("n,s,beta,seed", [(16, 1, 1, 0), (16, 2, 3, 1), (64, 3, 2, 2), (128, 4, 1, 3)])
@@ -76,31 +85,20 @@ def test_transformer_mpc_refuses_float_messages():
         sim.round(lambda ctx, mem: (mem, {"f": Message([0], [1], np.array([[0.5]]))}))
 
 
-def test_transformer_mpc_raises_when_routing_fails():
-    class Starved(TransformerMPC):
-        def _route(self, src, dest, msg, n_tokens):
-            import hoplib.mpc.transformer_sim as ts
+def test_transformer_mpc_raises_when_routing_fails(monkeypatch):
+    original = _CELLS["RoutingLayer"]
 
-            original = ts.RoutingLayer
+    def tiny(*a, **k):
+        k["slots"] = 1
+        return original(*a, **k)
 
-            def tiny(*a, **k):
-                k["slots"] = 1
-                return original(*a, **k)
-
-            ts.RoutingLayer = tiny
-            try:
-                return super()._route(src, dest, msg, n_tokens)
-            finally:
-                ts.RoutingLayer = original
-
-    sim = Starved(4, 32)
+    monkeypatch.setitem(_CELLS, "RoutingLayer", tiny)
+    sim = TransformerMPC(4, 32)
     with pytest.raises(MPCProtocolError, match="lost or invented"):
         sim.load("a", np.array([0, 0, 1, 2, 3, 3]), np.arange(12).reshape(6, 2))
 
 
 def test_transformer_layers_are_fitted_to_the_input_and_report_the_input_independent_width():
-    from hoplib.mpc.transformer_sim import input_independent_width
-
     x = np.random.default_rng(5).integers(0, 3, 24)
     _, sim = hop_as_transformer(x, 2, 32)
     routed = [e for e in sim.layer_log if e["messages"]]

@@ -1,4 +1,5 @@
-"""Tests of hoplib.released: the authors' checkpoints in hoplib's GPT, their cache and their evaluation."""
+"""Tests of hoplib.released and scripts/evaluate_released.py: the authors' checkpoints in hoplib's GPT, their
+cache and their evaluation."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import matplotlib
 import pytest
 import torch
 import torch.nn as nn
+from _scripts import load_script
 
 from hoplib import evaluate, models, released
 from hoplib.tasks import HopTask
 
 matplotlib.use("Agg")
 transformers = pytest.importorskip("transformers")
+script = load_script("evaluate_released")
 
 
 class Encoder(nn.Module):
@@ -241,14 +244,14 @@ def test_extract_from_git_copies_the_file_at_the_commit(tmp_path, monkeypatch, c
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     monkeypatch.setattr(released, "COMMIT", head)
     fake_release(monkeypatch, "width4-depth2", ckpt.read_bytes())
-    path = released.extract_from_git(repo, "width4-depth2", tmp_path / "cache")
+    path = script.extract_from_git(repo, "width4-depth2", tmp_path / "cache")
     assert path.read_bytes() == ckpt.read_bytes()
     model = released.load("width4-depth2", tmp_path / "cache")  # heads from the registry: H = 4
     assert model.config.heads == 4
     with pytest.raises(ValueError, match="has no"):
-        released.extract_from_git(repo, "width4-depth3", tmp_path / "cache")
+        script.extract_from_git(repo, "width4-depth3", tmp_path / "cache")
     with pytest.raises(ValueError, match="not a git repository"):
-        released.extract_from_git(tmp_path / "cache", "width4-depth3", tmp_path / "cache")
+        script.extract_from_git(tmp_path / "cache", "width4-depth3", tmp_path / "cache")
 
 
 def test_load_of_a_model_not_in_the_cache_says_how_to_fetch_it(tmp_path):
@@ -264,8 +267,8 @@ def small_model(checkpoint):
 
 def test_dropout_evaluation_is_reproducible_differs_from_eval_mode_and_restores_mode(small_model):
     task = released.released_task()
-    a = released.per_k_error_dropout(small_model, task, n_samples=8, ks=[1, 4], dropout_seed=1)
-    b = released.per_k_error_dropout(small_model, task, n_samples=8, ks=[1, 4], dropout_seed=1)
+    a = script.per_k_error_dropout(small_model, task, n_samples=8, ks=[1, 4], dropout_seed=1)
+    b = script.per_k_error_dropout(small_model, task, n_samples=8, ks=[1, 4], dropout_seed=1)
     assert a == b and list(a) == [1, 4] and not small_model.training
     off = evaluate.per_k_error(small_model, task, n_samples=8, ks=[1, 4], metric="pooled", device="cpu")
     x, _ = task.sample(8, k=4, seed=4)
@@ -278,7 +281,7 @@ def test_dropout_evaluation_is_reproducible_differs_from_eval_mode_and_restores_
 
 
 def test_evaluate_model_returns_both_metrics_dropout_errors_and_alignment(small_model):
-    data = released.evaluate_model(small_model, n_samples=4, n_dropout=2, ks=[1, 2], n_align=2)
+    data = script.evaluate_model(small_model, n_samples=4, n_dropout=2, ks=[1, 2], n_align=2)
     assert set(data["errors"]) == {"paper", "pooled", "pooled_dropout"}
     assert all(set(e) == {1, 2} and all(0 <= v <= 1 for v in e.values()) for e in data["errors"].values())
     json.dumps(data)  # storable as JSON
@@ -292,7 +295,7 @@ def test_evaluate_model_returns_both_metrics_dropout_errors_and_alignment(small_
 def test_alignment_encoding_round_trips_to_a_thousandth():
     scores = torch.rand(3, 2, 4, 5)
     table = {"ks": [1, 2, 3, 4], "patterns": ["prev", "find^0", "find^1", "find^2", "start"], "scores": scores}
-    enc = released.encode_alignment(table)
+    enc = script.encode_alignment(table)
     assert torch.allclose(released.decode_alignment(enc), scores, atol=5e-4)
     enc["scores_permille"][0][0].pop()
     with pytest.raises(ValueError):
@@ -327,12 +330,7 @@ def test_load_stored_results_finds_files_by_model_name(tmp_path):
 
 def test_evaluation_script_writes_results_with_checkpoint_provenance_and_skips_done_ones(tmp_path, monkeypatch,
                                                                                         checkpoint):
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "evaluate_released.py"
-    spec = importlib.util.spec_from_file_location("evaluate_released", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script
     cache = tmp_path / "cache"
     cache.mkdir()
     shutil.copy(checkpoint[1], cache / "width4-depth2.pt")

@@ -106,7 +106,7 @@ class TestNodeIdsOutsideTheGraphAreRefused:
         with pytest.raises(ValueError, match=r"edges must be node ids in \[0, 3\)"):
             graphs.bfs_distances(self.edges, 3, torch.tensor([0, 0]))
         with pytest.raises(ValueError, match=r"edges must be node ids in \[0, 3\)"):
-            gnn.doubling_connectivity(self.edges + 1, 3)  # id 3 in graph 1
+            graphs.adjacency(self.edges + 1, 3)  # id 3 in graph 1
         with pytest.raises(ValueError, match="sources must be node ids"):
             graphs.bfs_distances(self.edges.clamp(min=0), 3, torch.tensor([0, 5]))
 

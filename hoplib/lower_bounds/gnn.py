@@ -85,44 +85,7 @@ class MessagePassingGNN(nn.Module):
         return out if read is None else out[torch.arange(out.shape[0], device=out.device), read]
 
 
-def exact_reachability_gnn(depth: int,
-                           aggregation: str = "max") -> MessagePassingGNN:
-    """Width 1: h_v <- min(1, K (h_v + AGG h_u)) from the mark of s (feature 0 of
-    two), K = 64 (at least the degree) for the mean and 1 otherwise, so after L
-    layers h_v = 1 iff dist(s, v) <= L; "connected" iff h_t > 1/2."""
-    k = 64.0 if aggregation == "mean" else 1.0
-    model = MessagePassingGNN(2, 1, depth, aggregation=aggregation, hidden=2,
-                              residual=False)
-    with torch.no_grad():
-        model.embed.weight.zero_()
-        model.embed.weight[0, 0] = 1.0
-        model.embed.bias.zero_()
-        for layer in model.layers:  # relu(K z) - relu(K z - 1) = min(1, K z)
-            layer.fc1.weight.copy_(torch.full((2, 2), k))
-            layer.fc1.bias.copy_(torch.tensor([0.0, -1.0]))
-            layer.fc2.weight.copy_(torch.tensor([[1.0, -1.0]]))
-            layer.fc2.bias.zero_()
-        model.head.weight.copy_(torch.tensor([[-1.0], [1.0]]))
-        model.head.bias.copy_(torch.tensor([0.5, -0.5]))
-    return model
-
-
 # --------------------------------------------------------------------------- log-depth side
-def doubling_connectivity(edges: torch.Tensor,
-                          num_nodes: int) -> tuple[torch.Tensor, int]:
-    """Reachability by squaring, R_0 = I + A, R_{j+1} = R_j R_j (boolean), until it
-    stops changing: the final (B, N, N) relation and the number of squarings that
-    changed it."""
-    eye = torch.eye(num_nodes, dtype=torch.bool, device=edges.device)
-    r = graphs.adjacency(edges, num_nodes) | eye
-    squarings = 0
-    while True:
-        new = torch.bmm(r.float(), r.float()) > 0
-        if torch.equal(new, r):
-            return r, squarings
-        r, squarings = new, squarings + 1
-
-
 def mpc_components(family: str, diameter: int, delta: str, *,
                    seed: int = 0) -> dict | None:
     """The MPC components protocol on one instance of ``family`` at diameter D,
