@@ -2,7 +2,7 @@
 
 Reads the session's work folder (per chapter: ``<chapter>.status``, the executed ``<chapter>.ipynb`` with every
 cell's wall time, ``<chapter>.log`` with the training progress bars) and ``env.txt``, and writes per chapter: the
-exit status (124: stopped by its time box), the wall time, the cells that ran, the first error, the slowest
+exit status (124: stopped by its time box), the wall time, the cells that ran, the first exception, the slowest
 cells and, from the last state of the chapter's largest progress bar, the training steps done of all, the time
 they took and the time all of them would take at that rate (``projected_training_s``; a projection, not a
 measurement, where the bar had not finished).
@@ -51,7 +51,7 @@ def chapter_record(work: Path, name: str) -> dict:
         cells = [c for c in json.loads(nb.read_text())["cells"] if "wall_s" in c.get("metadata", {})]
         errors = [o for c in cells for o in c["outputs"] if o["output_type"] == "error"]
         rec["cells_ran"] = len(cells)
-        rec["error"] = f"{errors[0]['ename']}: {errors[0]['evalue']}" if errors else None
+        rec["exception"] = f"{errors[0]['ename']}: {errors[0]['evalue']}" if errors else None
         slow = sorted(cells, key=lambda c: -c["metadata"]["wall_s"])[:3]
         rec["slowest_cells"] = [{"wall_s": c["metadata"]["wall_s"],
                                  "first_line": "".join(c["source"]).splitlines()[0][:80]} for c in slow]
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> Path:
     extra = {"machine": env, **machine, "platform": "the GPU machine (summarised elsewhere from its files)",
              **({"source_commit": a.source_commit, "git_commit": a.source_commit} if a.source_commit else {})}
     return save_results(a.out, {"chapters": records}, params, "cuda", None, **extra)
+
 
 if __name__ == "__main__":
     print(main())

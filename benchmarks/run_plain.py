@@ -27,6 +27,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hoplib.results import atomic_write_text  # noqa: E402
+
 
 class Tee(io.TextIOBase):
     """Write to a stream and keep a copy."""
@@ -72,12 +75,6 @@ def parse_value(text: str) -> Any:
         return text  # a plain string, as papermill's -p takes it
 
 
-def write_atomic(path: Path, nb: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(nb, indent=1))
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("notebook", type=Path)
@@ -121,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         cell["metadata"]["wall_s"] = round(seconds, 3)
         print(f"[cell {i}: {seconds:.1f} s] {source.splitlines()[0][:70] if source else ''}",
               file=sys.stderr, flush=True)
-        write_atomic(args.out, nb)
+        atomic_write_text(args.out, json.dumps(nb, indent=1))  # a stopped run keeps its cells
         if error:
             print(f"cell {i} failed: {error['ename']}: {error['evalue']}", file=sys.stderr)
             status = 1

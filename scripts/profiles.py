@@ -16,6 +16,7 @@ Costs: one step of every model shape is counted once on a CPU by :func:`step_cos
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 from collections.abc import Callable
@@ -319,20 +320,22 @@ GPU_RUN_FILE = "benchmarks/gpu_profiles_h200.json"
 stopped at a time box), summarised by ``benchmarks/gpu_summary.py``."""
 
 
+@functools.cache
+def _gpu_run() -> dict[str, dict]:
+    """The stored GPU run's record per chapter (empty where none is stored)."""
+    from hoplib.results import load_stored, results_dir
+
+    if not (results_dir() / GPU_RUN_FILE).exists():
+        return {}
+    return {r["chapter"]: r for r in load_stored(GPU_RUN_FILE).data["chapters"]}
+
+
 def gpu_measured(chapter: str) -> str:
     """The ``gpu`` profile's training time on the stored GPU run: measured where its progress bar finished,
     else projected from the share it did; "not timed" where it did not train."""
-    import json
-
     import step_costs as costs
 
-    from hoplib.results import results_dir
-
-    path = results_dir() / GPU_RUN_FILE
-    if not path.exists():
-        return "not timed"
-    record = {r["chapter"]: r for r in json.loads(path.read_text(encoding="utf-8"))["data"]["chapters"]}
-    bar = (record.get(chapter) or {}).get("training_progress")
+    bar = _gpu_run().get(chapter, {}).get("training_progress")
     if not bar or not bar["done"]:
         return "not timed"
     if bar["done"] == bar["total"]:
