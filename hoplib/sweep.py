@@ -67,11 +67,10 @@ def map_points(fn: Job, points: Sequence[Any], *, workers: int = 1, device: str 
                on_result: Callable[[list[Any]], None] | None = None, executor: Any = None,
                done: dict[int, Any] | None = None) -> list[Any]:
     """``[fn(i, point) for i, point in enumerate(points)]``: in this process, in ``workers`` spawned processes
-    of one thread each (CPU only), or as one job array of a submitit ``executor``. Points already in ``done``
+    of one thread each (on a GPU they share it: small launch-bound models gain), or as one job array of a
+    submitit ``executor``. Points already in ``done``
     (index -> result, updated in place) are not run again; ``on_result`` gets the results so far, in order,
     after every finished point."""
-    if workers > 1 and str(device) != "cpu":
-        raise ValueError("workers > 1 is for CPU runs; on a GPU use workers=1")
     done = {} if done is None else done
     todo = [i for i in range(len(points)) if i not in done]
 

@@ -66,7 +66,8 @@ def positive_int(value: str) -> int:
 def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str | None) -> None:
     """The options every stored-sweep command shares (checked by :func:`run_device`; ``--slurm`` and
     ``--partition`` read by :func:`executor_from_args`); ``seed_help=None`` for a command without a seed."""
-    parser.add_argument("--workers", type=int, default=1, help="CPU worker processes, one thread each")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes, one thread each (on a GPU, they share it)")
     if seed_help is not None:
         parser.add_argument("--seed", type=int, default=0, help=seed_help)
     parser.add_argument("--device", default="cpu")
@@ -83,10 +84,7 @@ def run_device(args: argparse.Namespace) -> str:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if getattr(args, "slurm", None):
         return check_choice("--device", args.device, ("auto", "cpu", "cuda", "mps"))
-    device = str(get_device(args.device))
-    if args.workers > 1 and device != "cpu":
-        raise ValueError("--workers > 1 is for CPU runs")
-    return device
+    return str(get_device(args.device))
 
 
 def executor_from_args(args: argparse.Namespace) -> Any:

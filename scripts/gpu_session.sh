@@ -13,6 +13,9 @@
 #      $OUT/work/bench_gpu_cuda.json (copy it to results/training/ to show it in the training appendix);
 #   4. $OUT/summary.json (benchmarks/gpu_summary.py: per chapter its status, wall time, slowest cells and
 #      training progress) and $OUT/session.tar.gz (everything under $WORK but model weights).
+# SWEEPS: stored sweeps run beside the chapters, ';'-separated commands of scripts/ (each given --device $DEVICE
+# --out results, stopped with the chapters; their finished and partial files copied to $WORK/results), e.g.
+#   SWEEPS="run_rnn.py --part capacity --seed 0 --steps 8000 --workers 7"
 # The paper grid itself: python scripts/run_training.py --grid paper --ensemble --device cuda --out runs/paper.
 # PARAMS adds chapter parameters (PARAMS="-p max_steps 200": a trial of every cell, each run cut to 200 steps).
 # Other settings (environment): OUT (.tmp/gpu_out), WORK ($OUT/work), DEVICE (cuda), PYTHON (python3), SOURCE_COMMIT (recorded
@@ -27,7 +30,7 @@ PY=${PYTHON:-python3}
 TOTAL_S=${TOTAL_S:-3600}
 BENCH_S=${BENCH_S:-300}
 CHAPTER_S=${CHAPTER_S:-$((TOTAL_S - 120))}
-CHAPTERS=${CHAPTERS:-training rnn efficient_attention chain_of_thought gnn}
+CHAPTERS=${CHAPTERS-training rnn efficient_attention chain_of_thought gnn}
 WORK=${WORK:-$OUT/work}
 mkdir -p "$WORK/runs"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
@@ -47,7 +50,16 @@ chapter() {  # one chapter with the profile, stopped at its time box; its exit s
     -p profile "$PROFILE" -p device "$DEVICE" -p out_dir "$WORK/runs" ${PARAMS:-} > "$WORK/$name.log" 2>&1
   echo "$name exit $? wall $((SECONDS - t0)) s" | tee "$WORK/$name.status"
 }
-n=$(echo $CHAPTERS | wc -w)
+sweeps=()
+if [ -n "${SWEEPS:-}" ]; then
+  IFS=';' read -ra sweeps <<< "$SWEEPS"
+  echo "== ${#sweeps[@]} sweeps beside the chapters"
+  for i in "${!sweeps[@]}"; do
+    timeout $(( $(left) - BENCH_S )) "$PY" scripts/${sweeps[$i]} --device "$DEVICE" --out results \
+      > "$WORK/sweep_$i.log" 2>&1 &
+  done
+fi
+n=$(echo $CHAPTERS | wc -w); n=$((n > 0 ? n : 1))
 echo "== chapters with profile $PROFILE: $CHAPTERS"
 if [ "${CONCURRENT:-0}" = 1 ]; then
   export OMP_NUM_THREADS=$(( $(nproc) / n > 0 ? $(nproc) / n : 1 ))
@@ -61,6 +73,12 @@ else
   done
 fi
 unset OMP_NUM_THREADS
+if [ ${#sweeps[@]} -gt 0 ]; then
+  wait  # the sweeps, each stopped at its time box
+  mkdir -p "$WORK/results"
+  find results -newer "$OUT/env.txt" -name '*.json' -exec cp --parents {} "$WORK" \;
+  for f in "$WORK"/sweep_*.log; do echo "$f: $(tail -c 300 "$f" | tr '\r' '\n' | tail -n 2)"; done
+fi
 
 b=$(( $(left) < BENCH_S ? $(left) : BENCH_S ))
 if [ "$b" -gt 30 ]; then

@@ -19,7 +19,8 @@
                                                                           # step budget
 
 writes ``<out>/rnn/<profile>/<part>[_seed<s>].json`` (a ``.partial.json`` beside it keeps the models finished
-so far). ``--profile paper`` is the GPU-scale grid, not run for the book.
+so far; the cpu settings run on a GPU add ``_cuda``, their data drawn by the GPU's generator).
+``--profile paper`` is the GPU-scale grid, not run for the book.
 """
 
 from __future__ import annotations
@@ -260,6 +261,8 @@ def main(argv: list[str] | None = None) -> Path:
             raise ValueError("--steps is for --part capacity, a positive number of steps")
         if args.steps != s["steps"]:
             s["steps"], name = args.steps, f"{name}_steps{args.steps}"
+    if args.profile == "cpu" and device != "cpu":  # the cpu settings on an accelerator: its own file
+        name += "_" + device.split(":")[0]
     path = Path(args.out) / "rnn" / args.profile / (name + ".json")
     params = {"chapter": "rnn", "part": args.part, "profile": args.profile, "device": device, "seed": args.seed}
     picked_by = {"state": ("state_lr", chosen_lrs),  # the lowest error at the reference point

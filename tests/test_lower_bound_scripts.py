@@ -180,3 +180,14 @@ def test_capacity_sweep_tries_beyond_an_edge_pick_and_gives_each_family_its_rate
         assert [(r["kind"], r["lr"]) for r in stored["data"]] == [(k, picked[k]) for k, ms in
                                                                   tiny["models"].items() for _ in ms]
         assert [r["state_bits"] for r in stored["data"]] == [32, 128, 32 * (2 + 2 * 2) + 32 * 2 * 2, 0]  # conv, S
+
+
+def test_cpu_settings_run_on_a_gpu_go_to_their_own_file(tmp_path, monkeypatch):
+    run_rnn = _script("run_rnn")
+    monkeypatch.setattr(run_rnn, "run_device", lambda args: "cuda:0")
+    monkeypatch.setattr(run_rnn, "run_part", lambda args, s, path, params, depth: path)
+    monkeypatch.setattr(run_rnn, "chosen_lrs", lambda rows: {})
+    monkeypatch.setattr("hoplib.results.load_stored", lambda *a, **k: type("S", (), {"data": []})())
+    path = run_rnn.main(["--part", "capacity", "--seed", "2", "--steps", "8000", "--out", str(tmp_path)])
+    assert path.name == "capacity_seed2_steps8000_cuda.json"
+    assert run_rnn.main(["--part", "alphabet", "--out", str(tmp_path)]).name == "alphabet_cuda.json"
