@@ -191,3 +191,24 @@ def test_cpu_settings_run_on_a_gpu_go_to_their_own_file(tmp_path, monkeypatch):
     path = run_rnn.main(["--part", "capacity", "--seed", "2", "--steps", "8000", "--out", str(tmp_path)])
     assert path.name == "capacity_seed2_steps8000_cuda.json"
     assert run_rnn.main(["--part", "alphabet", "--out", str(tmp_path)]).name == "alphabet_cuda.json"
+
+
+def test_capacity_runs_read_every_budget_seed_and_device_and_the_headline_takes_a_replicated_budget(tmp_path):
+    from hoplib.lower_bounds import families
+    from hoplib.results import save_results
+
+    folder = tmp_path / "rnn" / "cpu"
+    row = {"kind": "gru", "state_width": 4, "depth": 2, "lr": 0.03, "state_bits": 128, "error": 0.9}
+    base = {"alphabet_size": 32, "seq_len": 128}
+    for name, seed, steps, device in (("capacity", 0, 2000, "cpu"), ("capacity_seed1", 1, 2000, "cpu"),
+                                      ("capacity_steps4000", 0, 4000, "cpu"),
+                                      ("capacity_steps8000_cuda", 0, 8000, "cuda")):
+        save_results(folder / f"{name}.json", [row], {**base, "seed": seed, "steps": steps, "device": device},
+                     device)
+    save_results(folder / "capacity_lr.json", [row], {**base, "seed": 0, "steps": 2000, "device": "cpu"}, "cpu")
+    (folder / "capacity_seed1_steps8000_cuda.partial.json").write_text("{}")
+    runs = families.capacity_runs(root=str(tmp_path))
+    assert sorted(zip(runs.seed, runs.steps, runs.device)) == [(0, 2000, "cpu"), (0, 4000, "cpu"),
+                                                               (0, 8000, "cuda"), (1, 2000, "cpu")]
+    assert runs.ratio.iloc[0] == 2 * 128 / 160
+    assert families.replicated_budget(runs) == 2000 and families.replicated_budget(runs, min_seeds=1) == 8000

@@ -188,7 +188,7 @@ def plot_headline():
     """The book's headline figure, from stored results only: on top the transformers' reach against depth up to
     k = 16 (:func:`hoplib.report.plot_growth`: our ``depth`` sweep, the published errors, the released models);
     below, the capacity sweep at one hop (:func:`plot_capacity`: error against the recurrent state over the
-    one-hop table, every family, at the largest step budget stored)."""
+    one-hop table, every family, at :func:`replicated_budget`)."""
     import matplotlib.pyplot as plt
 
     from hoplib import report
@@ -198,17 +198,26 @@ def plot_headline():
     report.plot_growth(*growth_points("depth"), ax=top)
     top.set_title("transformers, k ≤ 16 (ours: N = 64, 10,000 steps)")
     runs = capacity_runs()
-    plot_capacity(runs, ax=bottom)
-    bottom.set_title(f"one hop, |Σ| = 32, N = 128 ({runs.steps.max():,} steps)")
+    steps = replicated_budget(runs)
+    plot_capacity(runs, ax=bottom, steps=steps)
+    n = runs[runs.steps == steps].seed.nunique()
+    bottom.set_title(f"one hop, |Σ| = 32, N = 128 ({steps:,} steps, {n} seeds)")
     fig.tight_layout()
     return fig
+
+
+def replicated_budget(runs: Any, min_seeds: int = 2) -> int:
+    """The largest step budget of :func:`capacity_runs` stored with at least ``min_seeds`` seeds."""
+    seeds = runs.groupby("steps").seed.nunique()
+    return int(seeds[seeds >= min_seeds].index.max())
 
 
 def capacity_runs(root: str | None = None):  # root: a results/ folder (default the book's)
     """Every stored model of the rnn chapter's capacity sweep (``rnn/cpu/capacity[_seed<s>][_steps<B>].json``),
     one row each: ``kind, size`` (its state width, or the Mamba-style layer's inner width; the transformer: 0),
-    ``seed, steps, error`` at k = 1, ``state_bits`` (all layers) and ``ratio``, the state over the
-    |Sigma| log2 |Sigma| bits of the one-hop table. A DataFrame."""
+    ``seed, steps, error`` at k = 1, ``state_bits`` (all layers), ``ratio``, the state over the
+    |Sigma| log2 |Sigma| bits of the one-hop table, and ``device`` (a GPU's generator draws other batches than
+    the CPU's for the same seed). A DataFrame."""
     import math
     from pathlib import Path
 
@@ -228,7 +237,7 @@ def capacity_runs(root: str | None = None):  # root: a results/ folder (default 
             bits = r["state_bits"] * r["depth"]
             rows.append({"kind": r["kind"], "size": r.get("state_width", r.get("d_inner")),
                          "seed": p["seed"], "steps": p["steps"], "error": r["error"], "state_bits": bits,
-                         "ratio": bits / table, "lr": r["lr"]})
+                         "ratio": bits / table, "lr": r["lr"], "device": p["device"]})
     return pd.DataFrame(rows)
 
 
