@@ -79,7 +79,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, seed_help: str | None) -
 
 def run_device(args: argparse.Namespace) -> str:
     """The resolved device of :func:`add_run_options` (with ``--slurm``, the device the array's nodes resolve:
-    not looked for on this machine); several local workers are for CPU runs only."""
+    not looked for on this machine); several local workers on a GPU share it."""
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if getattr(args, "slurm", None):
