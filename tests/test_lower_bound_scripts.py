@@ -208,7 +208,7 @@ def test_capacity_runs_read_every_budget_seed_and_device_and_the_headline_takes_
     save_results(folder / "capacity_lr.json", [row], {**base, "seed": 0, "steps": 2000, "device": "cpu"}, "cpu")
     (folder / "capacity_seed1_steps8000_cuda.partial.json").write_text("{}")
     runs = families.capacity_runs(root=str(tmp_path))
-    assert sorted(zip(runs.seed, runs.steps, runs.device)) == [(0, 2000, "cpu"), (0, 4000, "cpu"),
-                                                               (0, 8000, "cuda"), (1, 2000, "cpu")]
+    got = sorted(zip(runs.seed, runs.steps, runs.device, strict=True))
+    assert got == [(0, 2000, "cpu"), (0, 4000, "cpu"), (0, 8000, "cuda"), (1, 2000, "cpu")]
     assert runs.ratio.iloc[0] == 2 * 128 / 160
     assert families.replicated_budget(runs) == 2000 and families.replicated_budget(runs, min_seeds=1) == 8000
