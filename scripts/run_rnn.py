@@ -28,10 +28,12 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hoplib.lower_bounds import families
+from hoplib.lower_bounds.efficient_attention import KINDS as ATTENTION_KINDS
 from hoplib.sweep import map_points, run_sweep
 from hoplib.tasks import HopTask
 
@@ -122,9 +124,27 @@ def alphabet_points(s: dict[str, Any]) -> list[dict[str, Any]]:
             for a in s["alphabets"] for kind in s["kinds"] for w in s["widths"] for lr in s["lrs"]]
 
 
+def alphabet_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any], *, seed: int = 0,
+                   device: str = "cpu") -> dict[str, Any]:
+    """Train one point of an alphabet sweep (``alphabet_size``, ``kind``, ``d_model``, ``depth``, ``lr``) on
+    single-hop data of length ``point["seq_len"]`` (default 2 |Sigma| + 32); its record with ``error`` at k = 1
+    and ``state_bits``."""
+    a = point["alphabet_size"]
+    task = HopTask(seq_len=point.get("seq_len", 2 * a + 32), alphabet_size=a, max_hops=1, min_hops=1)
+    if point["kind"] in ATTENTION_KINDS:
+        make_build = functools.partial(families.attention_builder, heads=settings["heads"],
+                                       n_features=settings.get("n_features"), window=settings.get("window"),
+                                       global_every=settings.get("global_every"))
+    else:
+        make_build = functools.partial(families.recurrent_builder, heads=settings["heads"])
+    rec = families.measure_point(index, dict(point), task, make_build, settings, seed=seed, device=device)[0]
+    keys = ("params", "state_bits", "error", "final_loss", "train_time_s")
+    return {**point, **{key: rec.get(key, 0) for key in keys}}
+
+
 def alphabet_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The points and the job of the alphabet part."""
-    return alphabet_points(s), functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
+    return alphabet_points(s), functools.partial(alphabet_point, settings=s, seed=seed, device=device)
 
 
 def alphabet_run(s: dict[str, Any], *, seed: int, device: str, workers: int) -> list[dict]:
@@ -142,7 +162,7 @@ def state_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[d
     n, width = s["reference"]
     points = [state_point(n, s, kind, width, lr) for kind in s["kinds"] for lr in s["lrs"]]
     points += [state_point(n, s, "transformer", s["transformer_width"], lr) for lr in s["lrs"]]
-    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(alphabet_point, settings=s, seed=seed, device=device)
 
 
 def chosen_lrs(records: list[dict[str, Any]]) -> dict[str, float]:
@@ -162,7 +182,7 @@ def state_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict
     if s["transformer_width"] is not None:  # part state: the transformer at its one width
         points += [state_point(n, s, "transformer", s["transformer_width"], lr["transformer"])
                    for n in s["lengths"]]
-    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(alphabet_point, settings=s, seed=seed, device=device)
 
 
 def capacity_point(s: dict[str, Any], kind: str, model: dict[str, Any], lr: float) -> dict[str, Any]:
@@ -174,7 +194,7 @@ def capacity_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[lis
     """Every family at its reference width with every learning rate of the grid."""
     points = [capacity_point(s, kind, m, lr) for kind, models in s["models"].items() for m in models
               if size(m) == s["reference"][kind] for lr in s["lrs"]]
-    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(alphabet_point, settings=s, seed=seed, device=device)
 
 
 def edge_points(s: dict[str, Any], picked: dict[str, float]) -> list[dict[str, Any]]:
@@ -191,7 +211,7 @@ def size(model: dict[str, Any]) -> int:
 
 def capacity_edge_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:
     """The rates beyond the grid's ends, for the families picked there (``s["lr_by_kind"]``)."""
-    return edge_points(s, s["lr_by_kind"]), functools.partial(families.alphabet_point, settings=s, seed=seed,
+    return edge_points(s, s["lr_by_kind"]), functools.partial(alphabet_point, settings=s, seed=seed,
                                                               device=device)
 
 
@@ -199,7 +219,7 @@ def capacity_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[d
     """Every model of every family with the family's chosen rate (``s["lr_by_kind"]``)."""
     points = [capacity_point(s, kind, m, s["lr_by_kind"][kind]) for kind, models in s["models"].items()
               for m in models]
-    return points, functools.partial(families.alphabet_point, settings=s, seed=seed, device=device)
+    return points, functools.partial(alphabet_point, settings=s, seed=seed, device=device)
 
 
 def equal_lr_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[dict], Any]:

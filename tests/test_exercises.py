@@ -23,10 +23,15 @@ def checker_cells(md: Path) -> list[str]:
     return [c.source for c in nb.cells if "exercise-checkers" in c.metadata.get("tags", [])]
 
 
-def checkers(chapter: str, uses: str | None = None) -> SimpleNamespace:
-    """Run a chapter's checker cells on their own (they import what they use), after its cells tagged ``uses``
-    (the chapter's own code that a checker calls), and return their names."""
+# the tags of the chapters' own code that their checkers call
+CODE_TAGS = {"efficient_attention": "reduction-code", "gnn": "reach-code", "rnn": "rnn-code"}
+
+
+def checkers(chapter: str) -> SimpleNamespace:
+    """Run a chapter's checker cells on their own (they import what they use), after its cells tagged with its
+    :data:`CODE_TAGS` tag (the chapter's own code that a checker calls), and return their names."""
     md = ROOT / "chapters" / f"{chapter}.md"
+    uses = CODE_TAGS.get(chapter)
     used = [c.source for c in jupytext.read(md, fmt="md:myst").cells if uses in c.metadata.get("tags", [])]
     namespace: dict = {}
     exec(compile("\n\n".join(used + checker_cells(md)), str(md), "exec"), namespace)  # noqa: S102
@@ -160,7 +165,7 @@ def test_rnn_checkers_accept_right_answers_and_reject_wrong_ones():
 def test_efficient_attention_checkers_accept_right_and_reject_wrong_answers():
     from hoplib.lower_bounds import efficient_attention as attn
 
-    ex = checkers("efficient_attention", uses="reduction-code")  # the Longformer protocol
+    ex = checkers("efficient_attention")  # after the Longformer protocol
     assert ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w, g)).passed
     assert not ex.check_longformer_mask(lambda n, w, g: attn.longformer_mask(n, w + 1, g)).passed
     assert not ex.check_longformer_mask(lambda n, w, g: np.ones((n, n))).passed
@@ -197,7 +202,7 @@ def test_cot_checkers_accept_the_reference_and_reject_a_letter_only_chain() -> N
 
 
 def test_gnn_checkers_accept_right_and_reject_wrong_answers():
-    ex = checkers("gnn", uses="reach-code")  # the exact GNN and the doubling
+    ex = checkers("gnn")
 
     def layer(h, edges):
         out = h.copy()

@@ -1,5 +1,5 @@
 """Tests of scripts/run_rnn.py and scripts/run_efficient_attention.py, which regenerate the stored runs of the
-RNN and efficient-attention chapters, and of the alphabet sweep they share (hoplib.lower_bounds.families)."""
+RNN and efficient-attention chapters, and of the alphabet sweep they share (run_rnn.alphabet_point)."""
 
 from __future__ import annotations
 
@@ -105,12 +105,10 @@ def test_matched_settings_follow_the_training_grid():
 
 
 def test_the_attention_alphabet_sweep_builds_performer_and_longformer_models():
-    from hoplib.lower_bounds import families
-
     settings = {**TINY, "n_features": 4, "window": 2, "global_every": None}
     for kind in ("softmax", "performer", "longformer"):
         point = {"alphabet_size": 4, "seq_len": 40, "kind": kind, "d_model": 8, "depth": 1, "lr": 3e-3}
-        rec = families.alphabet_point(0, point, settings)
+        rec = _script("run_rnn").alphabet_point(0, point, settings)
         assert rec["state_bits"] == 0 and 0.0 <= rec["error"] <= 1.0
 
 

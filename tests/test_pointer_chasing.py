@@ -1,12 +1,13 @@
 """Tests of hoplib.lower_bounds.pointer_chasing (Definition E.2, Proposition E.4's encoding; the chapter rnn.md
-checks Proposition E.3's two protocols) and of Corollary 5.2's reduction (hoplib.lower_bounds.rnn.
-simulate_rnn_protocol) on its instances."""
+checks Proposition E.3's two protocols) and of Corollary 5.2's reduction (``simulate_rnn_protocol``, a cell of
+chapters/rnn.md tagged ``rnn-code``) on its instances."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
+from _chapters import tagged_cells
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,9 @@ from hoplib.lower_bounds import communication as comm
 from hoplib.lower_bounds import pointer_chasing as pc
 from hoplib.lower_bounds import rnn
 from hoplib.tasks import find_k, hop, hop_reference
+
+_CELLS = tagged_cells("rnn", "rnn-code")  # the chapter's hand-built RNNs and Corollary 5.2's reduction
+hop_rnn, simulate_rnn_protocol = _CELLS["hop_rnn"], _CELLS["simulate_rnn_protocol"]
 
 
 # --------------------------------------------------------------------------- Definition E.2
@@ -114,9 +118,9 @@ def test_depth_k_hop_rnn_run_as_a_protocol_answers_pointer_chasing(k, q):
     for seed in range(8):
         inst = pc.random_instance(k, q, seed)
         x, answer = pc.to_hop_sequence(inst)
-        model = rnn.hop_rnn(k, inst.alphabet_size)
+        model = hop_rnn(k, inst.alphabet_size)
         board = comm.Blackboard(k)
-        out, bits = rnn.simulate_rnn_protocol(model, x, k, blackboard=board)
+        out, bits = simulate_rnn_protocol(model, x, k, blackboard=board)
         assert torch.equal(out, model(torch.from_numpy(x)[None])[0, -1])
         symbol = int(out.argmax())
         assert pc.decode_answer(inst, -1 if symbol == inst.alphabet_size else symbol) == answer
@@ -130,7 +134,7 @@ def test_depth_k_hop_rnn_run_as_a_protocol_answers_pointer_chasing(k, q):
 def test_shallower_hop_rnn_protocol_does_not_reach_the_answer():
     inst = pc.random_instance(4, 6, seed=0)
     x, _ = pc.to_hop_sequence(inst)
-    out, _ = rnn.simulate_rnn_protocol(rnn.hop_rnn(3, inst.alphabet_size), x, 4)
+    out, _ = simulate_rnn_protocol(hop_rnn(3, inst.alphabet_size), x, 4)
     assert pc.decode_answer(inst, int(out.argmax())) is None
 
 
@@ -141,7 +145,7 @@ def test_trained_style_rnn_protocol_output_equals_forward_pass(kind, players):
     model = rnn.recurrent_model(kind, 12, d_model=16, n_layers=2, n_classes=13)
     x = torch.randint(0, 12, (23,))
     board = comm.Blackboard(players)
-    out, bits = rnn.simulate_rnn_protocol(model, x, players, blackboard=board)
+    out, bits = simulate_rnn_protocol(model, x, players, blackboard=board)
     direct = model(x[None])[0, -1]
     torch.testing.assert_close(out, direct, atol=1e-5, rtol=1e-5)
     assert int(out.argmax()) == comm.bits_to_int(board.output)
@@ -149,13 +153,13 @@ def test_trained_style_rnn_protocol_output_equals_forward_pass(kind, players):
 
 
 def test_simulate_rnn_protocol_rejects_bad_inputs():
-    model = rnn.hop_rnn(2, 3)
+    model = hop_rnn(2, 3)
     with pytest.raises(ValueError, match="1-D"):
-        rnn.simulate_rnn_protocol(model, np.zeros((2, 4), dtype=np.int64), 2)
+        simulate_rnn_protocol(model, np.zeros((2, 4), dtype=np.int64), 2)
     with pytest.raises(ValueError, match="num_players"):
-        rnn.simulate_rnn_protocol(model, np.zeros(4, dtype=np.int64), 5)
+        simulate_rnn_protocol(model, np.zeros(4, dtype=np.int64), 5)
     with pytest.raises(ValueError, match="integer ids"):
-        rnn.simulate_rnn_protocol(model, np.zeros(4), 2)
+        simulate_rnn_protocol(model, np.zeros(4), 2)
 
 
 def test_lower_bound_scale():

@@ -1,17 +1,21 @@
-"""Tests for hoplib.lower_bounds.rnn: the paper's RNN model (Corollary 5.2), trained kinds and hand-built exact
-hop_k RNNs."""
+"""Tests for hoplib.lower_bounds.rnn: the paper's RNN model (Corollary 5.2), trained kinds, and the hand-built
+exact hop_k RNNs of chapters/rnn.md (its cells tagged ``rnn-code``, run here on their own)."""
 
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _chapters import tagged_cells
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hoplib.lower_bounds import rnn
 from hoplib.models import count_parameters
 from hoplib.tasks import HopTask, hop
+
+_CELLS = tagged_cells("rnn", "rnn-code")  # the chapter's hand-built RNNs and Corollary 5.2's reduction
+hop_rnn, hop_classes = _CELLS["hop_rnn"], _CELLS["hop_classes"]
 
 
 # --------------------------------------------------------------------------- bit encodings
@@ -42,35 +46,35 @@ def test_uint_to_bits_rejects_values_that_do_not_fit():
 def test_hop_rnn_is_exact_on_random_inputs_with_repeats(k, a, n, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, a, (6, n), generator=g)
-    model = rnn.hop_rnn(k, a)
+    model = hop_rnn(k, a)
     assert model.n_layers == k
     logits = model(x)
     assert logits.shape == (6, n, a + 1)
-    assert torch.equal(logits.argmax(-1), rnn.hop_classes(x, k, a))
+    assert torch.equal(logits.argmax(-1), hop_classes(x, k, a))
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 16])
 def test_hop_rnn_is_exact_on_hop_task_letters_without_repeats(k):
     task = HopTask(seq_len=100, alphabet_size=4, max_hops=16)
     x = task.letters(32, torch.Generator().manual_seed(k), torch.device("cpu"))
-    out = rnn.hop_rnn(k, 4)(x).argmax(-1)
+    out = hop_rnn(k, 4)(x).argmax(-1)
     expected = hop(x, k)
     assert torch.equal(out, torch.where(expected < 0, torch.full_like(expected, 4), expected))
 
 
 def test_hop_rnn_with_one_layer_too_few_is_wrong_somewhere():
     x = torch.randint(0, 4, (16, 50), generator=torch.Generator().manual_seed(0))
-    assert not torch.equal(rnn.hop_rnn(2, 4)(x).argmax(-1), rnn.hop_classes(x, 3, 4))
+    assert not torch.equal(hop_rnn(2, 4)(x).argmax(-1), hop_classes(x, 3, 4))
 
 
 @pytest.mark.parametrize("a", [1, 2, 3, 4, 7, 8, 100])
 def test_hop_rnn_state_is_alphabet_plus_one_symbols_of_log_bits(a):
-    model = rnn.hop_rnn(3, a)
+    model = hop_rnn(3, a)
     assert model.state_bits() == [(a + 1) * max(1, math.ceil(math.log2(a + 1)))] * 3
 
 
 def test_hop_rnn_layers_run_blockwise_and_their_states_roundtrip_through_bits():
-    model = rnn.hop_rnn(3, 5)
+    model = hop_rnn(3, 5)
     x = torch.randint(0, 5, (3, 30), generator=torch.Generator().manual_seed(2))
     z = model.embed(x)
     for layer in model.layers:
@@ -86,7 +90,7 @@ def test_hop_rnn_layers_run_blockwise_and_their_states_roundtrip_through_bits():
 
 def test_hand_built_models_reject_ids_outside_the_alphabet():
     with pytest.raises(ValueError, match="ids"):
-        rnn.hop_rnn(2, 3)(torch.tensor([[0, 3]]))
+        hop_rnn(2, 3)(torch.tensor([[0, 3]]))
 
 
 # --------------------------------------------------------------------------- trainable kinds

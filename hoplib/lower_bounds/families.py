@@ -16,7 +16,6 @@ import torch.nn as nn
 
 from hoplib.device import get_device
 from hoplib.evaluate import per_k_error
-from hoplib.lower_bounds.efficient_attention import KINDS as ATTENTION_KINDS
 from hoplib.lower_bounds.efficient_attention import attention_spec
 from hoplib.lower_bounds.rnn import recurrent_model
 from hoplib.models import count_parameters, gpt_for_task
@@ -130,24 +129,6 @@ def best_lr(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return sum(errs) / max(len(errs), 1)
 
     return [dict(r) for by_lr in groups.values() for r in min(by_lr.values(), key=mean_error)]
-
-
-def alphabet_point(index: int, point: Mapping[str, Any], settings: Mapping[str, Any], *, seed: int = 0,
-                   device: str = "cpu") -> dict[str, Any]:
-    """Train one point of an alphabet sweep (``alphabet_size``, ``kind``, ``d_model``, ``depth``, ``lr``) on
-    single-hop data of length ``point["seq_len"]`` (default 2 |Sigma| + 32); its record with ``error`` at k = 1
-    and ``state_bits``."""
-    a = point["alphabet_size"]
-    task = HopTask(seq_len=point.get("seq_len", 2 * a + 32), alphabet_size=a, max_hops=1, min_hops=1)
-    if point["kind"] in ATTENTION_KINDS:
-        make_build = functools.partial(attention_builder, heads=settings["heads"],
-                                       n_features=settings.get("n_features"), window=settings.get("window"),
-                                       global_every=settings.get("global_every"))
-    else:
-        make_build = functools.partial(recurrent_builder, heads=settings["heads"])
-    rec = measure_point(index, dict(point), task, make_build, settings, seed=seed, device=device)[0]
-    keys = ("params", "state_bits", "error", "final_loss", "train_time_s")
-    return {**point, **{key: rec.get(key, 0) for key in keys}}
 
 
 def family_crossings(seeds: Sequence[int] = (0, 1, 2)):

@@ -1,20 +1,15 @@
-"""Multi-layer RNNs in the paper's form (Section 5) with states that encode to bits exactly: trained GRU, LSTM and
-Mamba-style layers, the hand-built :func:`hop_rnn` (classes: the letters and "no answer"; the chapter ``rnn.md``
-builds the prefix-storing RNN and the collapse of depth into width on the same pieces), and
-:func:`simulate_rnn_protocol`, Corollary 5.2's reduction."""
+"""Multi-layer RNNs in the paper's form (Section 5) with states that encode to bits exactly: the trained GRU, LSTM
+and Mamba-style layers. The chapter ``rnn.md`` builds the hand-built RNNs on these pieces and runs them as
+Corollary 5.2's protocol."""
 
 from __future__ import annotations
 
 import math
 from functools import partial
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from hoplib.lower_bounds import communication as comm
-from hoplib.tasks import NO_ANSWER, hop
 
 State = tuple[torch.Tensor, ...]
 
@@ -203,115 +198,3 @@ def recurrent_model(kind: str, vocab_size: int, *, d_model: int = 64, n_layers: 
     layers = [layer(d_model, mlp_ratio, **layer_kwargs) for _ in range(n_layers)]
     readout = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, n_classes or vocab_size))
     return RecurrentStack(nn.Embedding(vocab_size, d_model), layers, readout)
-
-
-# --------------------------------------------------------------------------- hand-built exact RNNs
-class LetterEmbed(nn.Module):
-    """Token-wise: id x -> the pair (x, x), i.e. (symbol, hop_0 output), as a LongTensor (B, T, 2)."""
-
-    def __init__(self, alphabet_size: int):
-        super().__init__()
-        self.alphabet_size = alphabet_size
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.alphabet_size):
-            raise ValueError(f"ids must be letters in [0, {self.alphabet_size - 1}]")
-        return torch.stack([ids.long(), ids.long()], dim=-1)
-
-
-class OneHotReadout(nn.Module):
-    """Token-wise: (symbol, y) -> one-hot logits of y over alphabet_size + 1 classes (the last is ⊥)."""
-
-    def __init__(self, alphabet_size: int):
-        super().__init__()
-        self.n_classes = alphabet_size + 1
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return F.one_hot(z[..., 1], self.n_classes).float()
-
-
-class HopLayer(RecurrentLayer):
-    """Layer l of :func:`hop_rnn`: (x_i, hop_{l-1}(x)_i) -> (x_i, hop_l(x)_i). State: ``memory[s]``, the
-    previous layer's output just after the last occurrence of s, and ``prev``, the previous symbol
-    (``alphabet_size``: none); (alphabet_size + 1) ceil(log2(alphabet_size + 1)) bits."""
-
-    def __init__(self, alphabet_size: int):
-        super().__init__()
-        self.alphabet_size = alphabet_size
-
-    def state_spec(self) -> list[tuple[tuple[int, ...], int | None]]:
-        width = comm.class_bits(self.alphabet_size + 1)
-        return [((self.alphabet_size,), width), ((), width)]
-
-    def step(self, memory: torch.Tensor, prev: torch.Tensor, x: torch.Tensor,
-             y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """g_l at one position: (memory, prev, x_i, y_i) -> (memory', x_i, y'_i)."""
-        a = self.alphabet_size
-        # File y under prev (a scratch column a absorbs "no previous symbol").
-        scratch = memory.new_full((memory.shape[0], 1), a)
-        ext = torch.cat([memory, scratch], dim=1)
-        ext = ext.scatter(1, prev.unsqueeze(1), y.unsqueeze(1))
-        memory = ext[:, :a]
-        out = memory.gather(1, x.unsqueeze(1)).squeeze(1)
-        return memory, x, out
-
-    def forward(self, z: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
-        a, b = self.alphabet_size, z.shape[0]
-        memory, prev = (z.new_full((b, a), a), z.new_full((b,), a)) if state is None else state
-        outs = []
-        for i in range(z.shape[1]):
-            memory, prev, out = self.step(memory, prev, z[:, i, 0], z[:, i, 1])
-            outs.append(out)
-        y = torch.stack(outs, dim=1) if outs else z[..., 1]
-        return torch.stack([z[..., 0], y], dim=-1), (memory, prev)
-
-
-def hop_rnn(k: int, alphabet_size: int) -> RecurrentStack:
-    """Depth k, width O(|Sigma| log |Sigma|): letters (B, T) -> one-hot logits of hop_k (B, T, |Sigma| + 1)."""
-    a = alphabet_size
-    return RecurrentStack(LetterEmbed(a), [HopLayer(a) for _ in range(k)], OneHotReadout(a))
-
-
-def hop_classes(x: torch.Tensor, k: int, alphabet_size: int) -> torch.Tensor:
-    """hop_k(x) in the hand-built models' class convention: letters as they are, ⊥ as ``alphabet_size``."""
-    h = hop(x, k)
-    return torch.where(h == NO_ANSWER, torch.full_like(h, alphabet_size), h)
-
-
-# --------------------------------------------------------------------------- Corollary 5.2's reduction
-def rnn_player(model: RecurrentStack, block: torch.Tensor, j: int,
-               num_players: int, result: dict[str, torch.Tensor]) -> comm.Player:
-    """P_j: in round l, continue layer l on its block from the state P_{j+1}
-    posted, then post its own final state (P_1 posts the answer at the end)."""
-    local = {"z": model.embed(block.unsqueeze(0))}  # P_j's block's activations
-
-    def play(r: int, board: comm.Blackboard) -> object:
-        layer = model.layers[r - 1]
-        state = None  # P_p starts from the initial state
-        if j < num_players:
-            posted = board.last_message(j + 1, r)
-            bits = torch.tensor(posted, dtype=torch.bool, device=block.device)
-            state = layer.decode_state(bits.unsqueeze(0))
-        local["z"], state = layer(local["z"], state)
-        if j > 1:
-            return layer.encode_state(state)[0]
-        if r < model.n_layers:
-            return None
-        logits = result["output"] = model.readout(local["z"])[0, -1]
-        c = logits.shape[-1]
-        return comm.int_to_bits(int(logits.argmax()), comm.class_bits(c))
-    return play
-
-
-@torch.no_grad()
-def simulate_rnn_protocol(model: RecurrentStack, x: np.ndarray | torch.Tensor, num_players: int,
-                          blackboard: comm.Blackboard | None = None) -> tuple[torch.Tensor, int]:
-    """Run ``model`` as Corollary 5.2's protocol, ``num_players`` players holding blocks of ``x``: round l is
-    layer l. Returns (the logits at the last position, equal to ``model(x)[0, -1]``; the bits posted)."""
-    params = list(model.parameters()) + list(model.buffers())
-    xt = comm.sequence_ids(x, params[0].device if params else "cpu")
-    result: dict[str, torch.Tensor] = {}
-    players = [rnn_player(model, xt[lo:hi], j, num_players, result)
-               for j, (lo, hi) in sorted(comm.block_bounds(len(xt), num_players).items())]
-    board = comm.run_protocol(players, model.n_layers, blackboard=blackboard)
-    return result["output"], board.total_bits
