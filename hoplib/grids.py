@@ -231,23 +231,6 @@ def collect(out: str | Path, configs: list[RunConfig] | None = None) -> list[dic
     return table
 
 
-def load_run(run_dir: str | Path, device: str | torch.device = "cpu"):
-    """``(model, record)`` of a complete run folder: the GPT with its final weights (``model.pt``, loaded with
-    ``weights_only=True``) and the ``results.json`` record."""
-    from hoplib.models import GPT, GPTConfig
-
-    run_dir = Path(run_dir)
-    rec = read_record(run_dir / "results.json")
-    if not rec.get("complete"):
-        raise ValueError(f"{run_dir} holds no trained model ({rec.get('error') or 'unfinished'})")
-    model = GPT(GPTConfig(**{k: v for k, v in rec["model"].items() if k != "parameters"}))
-    try:
-        model.load_state_dict(torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True))
-    except Exception as exc:  # noqa: BLE001 - torch raises many kinds of errors for a damaged file
-        raise ValueError(f"{run_dir / 'model.pt'} is missing, corrupt or does not match results.json") from exc
-    return model.to(get_device(device)).eval(), rec
-
-
 # --------------------------------------------------------------------------- stored sweeps
 def run_rows(run: str, rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The tidy rows (:func:`hoplib.report.records_from_table`'s input) of one complete run record: one per (k,

@@ -264,12 +264,6 @@ def gpt_for_task(task, *, depth: int, d_model: int, heads: int, dropout: float =
     return GPT(cfg)
 
 
-def authors_gpt(task, *, depth: int, d_model: int = 128, heads: int = 4) -> GPT:
-    """The authors' model (Section 4.2, Appendix G): 30 embedding rows, 100 positions, dropout 0.1, LayerNorm head."""
-    return gpt_for_task(task, depth=depth, d_model=d_model, heads=heads, dropout=0.1, head="layernorm",
-                        vocab_size=max(30, task.vocab_size), n_positions=max(100, task.length))
-
-
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters (Table 3 of the paper for ``head="layernorm"``, 30 rows, 100 positions)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

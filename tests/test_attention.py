@@ -1,12 +1,15 @@
 """Tests of hoplib.lower_bounds.efficient_attention (FAVOR+ kernel attention, Longformer masks, Corollaries 5.3
-and 5.4) and of the pluggable attention of hoplib.models that they use."""
+and 5.4), of the running sums, features and masked softmax of chapters/efficient_attention.md (its cells tagged
+``attention-code``, run here on their own) and of the pluggable attention of hoplib.models that they use."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+from _chapters import tagged_cells
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +27,8 @@ from hoplib.models import (
 )
 from hoplib.tasks import HopTask
 
+eff = SimpleNamespace(**tagged_cells("efficient_attention", "attention-code"))  # the chapter's features, sums, softmax
+
 
 def _qkv(seed: int = 0, heads: int = 2, t: int = 24, d: int = 16, scale: float = 0.5):
     gen = torch.Generator().manual_seed(seed)
@@ -33,7 +38,7 @@ def _qkv(seed: int = 0, heads: int = 2, t: int = 24, d: int = 16, scale: float =
 
 def _exact(q, k):
     t = q.shape[-2]
-    return attn.masked_softmax_weights(q, k, torch.ones(t, t, dtype=torch.bool).tril())
+    return eff.masked_softmax_weights(q, k, torch.ones(t, t, dtype=torch.bool).tril())
 
 
 # --------------------------------------------------------------------------- FAVOR+
@@ -55,7 +60,7 @@ def test_positive_features_estimate_the_softmax_kernel_without_bias():
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(2, 8, generator=gen) * 0.6
     w = attn.orthogonal_features(200_000, 8, seed=3)
-    est = (attn.positive_features(x[None], w) * attn.positive_features(y[None], w)).sum().item()
+    est = (eff.positive_features(x[None], w) * eff.positive_features(y[None], w)).sum().item()
     exact = math.exp(float(x @ y) / math.sqrt(8))
     assert abs(est - exact) / exact < 0.01
 
@@ -75,7 +80,7 @@ def test_favor_error_decreases_as_the_number_of_features_grows():
 def test_prefix_sum_form_equals_quadratic_form():
     q, k, v = _qkv(seed=2, scale=1.0)
     w = attn.orthogonal_features(64, 16, seed=0)
-    y, state = attn.kernel_attention_prefix(q, k, v, w)
+    y, state = eff.kernel_attention_prefix(q, k, v, w)
     assert torch.allclose(y, attn.kernel_attention_weights(q, k, w) @ v, atol=1e-5)
     assert [s.shape for s in state] == [(1, 2, 64, 16), (1, 2, 64), (1, 2)]
 
@@ -83,10 +88,10 @@ def test_prefix_sum_form_equals_quadratic_form():
 def test_prefix_sum_form_continues_from_a_state_block_by_block():
     q, k, v = _qkv(seed=3)
     w = attn.orthogonal_features(32, 16, seed=1)
-    full, _ = attn.kernel_attention_prefix(q, k, v, w)
+    full, _ = eff.kernel_attention_prefix(q, k, v, w)
     state, parts = None, []
     for lo, hi in ((0, 5), (5, 6), (6, 24)):
-        y, state = attn.kernel_attention_prefix(q[..., lo:hi, :], k[..., lo:hi, :], v[..., lo:hi, :], w, state=state)
+        y, state = eff.kernel_attention_prefix(q[..., lo:hi, :], k[..., lo:hi, :], v[..., lo:hi, :], w, state=state)
         parts.append(y)
     assert torch.allclose(torch.cat(parts, dim=-2), full, atol=1e-6)
 
@@ -103,15 +108,15 @@ def test_stabiliser_avoids_overflow_and_leaves_the_weights_unchanged():
     w = attn.orthogonal_features(32, 16, seed=0)
     a = attn.kernel_attention_weights(q, k, w)
     # Unstabilised reference in float64 (fine at this scale).
-    fq = attn.positive_features(q.double(), w.double())
-    fk = attn.positive_features(k.double(), w.double())
+    fq = eff.positive_features(q.double(), w.double())
+    fk = eff.positive_features(k.double(), w.double())
     raw = (fq @ fk.transpose(-2, -1)).tril()
     assert torch.allclose(a.double(), raw / raw.sum(-1, keepdim=True), atol=1e-5)
     # Inputs so large that exp under- or overflows in float32 without the stabiliser (0/0 or inf/inf).
     big_q, big_k = q * 12, k * 12
-    raw32 = (attn.positive_features(big_q, w) @ attn.positive_features(big_k, w).transpose(-2, -1)).tril()
+    raw32 = (eff.positive_features(big_q, w) @ eff.positive_features(big_k, w).transpose(-2, -1)).tril()
     assert not torch.isfinite(raw32 / raw32.sum(-1, keepdim=True)).all()
-    y, _ = attn.kernel_attention_prefix(big_q, big_k, v, w)
+    y, _ = eff.kernel_attention_prefix(big_q, big_k, v, w)
     assert torch.isfinite(attn.kernel_attention_weights(big_q, big_k, w)).all() and torch.isfinite(y).all()
 
 

@@ -1,6 +1,6 @@
 """Tests for hoplib.lower_bounds.graphs (instances, serialisation), hoplib.lower_bounds.gnn (message passing,
 training) and the exact GNN and the doubling of chapters/gnn.md (its cells tagged ``reach-code``, run here on
-their own); the chapter asserts locality."""
+their own, as is its inverse of serialise, tagged ``serialise-code``); the chapter asserts locality."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import math
 import sys
 from pathlib import Path
 
-import jupytext
 import networkx as nx
 import numpy as np
 import pytest
 import torch
+from _chapters import tagged_cells
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,17 +31,14 @@ from hoplib.lower_bounds.graphs import (
     bfs_distances,
     min_diameter,
     node_features,
-    parse_serialised,
     sample_graphs,
     serialise,
     vocab_size,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTER = ROOT / "chapters" / "gnn.md"
-_CELLS: dict = {}  # the names the chapter's reach-code cells define (they import what they use)
-exec(compile("\n\n".join(c.source for c in jupytext.read(CHAPTER, fmt="md:myst").cells  # noqa: S102
-                          if "reach-code" in c.metadata.get("tags", [])), str(CHAPTER), "exec"), _CELLS)
+_CELLS = tagged_cells("gnn", "reach-code")  # the names the chapter's reach-code cells define
+parse_serialised = tagged_cells("gnn", "serialise-code")["parse_serialised"]  # the chapter's inverse of serialise
 exact_reachability_gnn, doubling_connectivity = _CELLS["exact_reachability_gnn"], _CELLS["doubling_connectivity"]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _chapters import tagged_cells
 from _scripts import load_script
 
 import hoplib.train as train_mod
@@ -161,7 +162,8 @@ def test_collect_names_the_file_and_what_is_wrong_with_it(tmp_path, text, messag
 
 def test_load_run_restores_the_trained_model_and_refuses_diverged_runs(tmp_path):
     from hoplib.evaluate import per_k_error
-    from hoplib.grids import load_run
+
+    load_run = tagged_cells("training", "training-code")["load_run"]  # chapters/training.md's
 
     g = Grid(depths=(2,), widths=((16, 2),), settings=TINY)
     train_grid(g, tmp_path, device="cpu", progress=False)

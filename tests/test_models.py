@@ -1,12 +1,16 @@
-"""Tests of hoplib.models: the GPT-2-style model, the authors' head, attention maps and the ensemble."""
+"""Tests of hoplib.models: the GPT-2-style model, the authors' head (the model of chapters/training.md, tagged
+``training-code``), attention maps and the ensemble."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from _chapters import tagged_cells
 
-from hoplib.models import GPT, GPTConfig, GPTEnsemble, authors_gpt, count_parameters, gpt_for_task
+from hoplib.models import GPT, GPTConfig, GPTEnsemble, count_parameters, gpt_for_task
 from hoplib.tasks import HopTask
+
+authors_gpt = tagged_cells("training", "training-code")["authors_gpt"]  # chapters/training.md's
 
 # Table 3 of the paper: parameters for L = 2..6.
 TABLE3 = {(128, 4): [413_440, 611_712, 809_984, 1_008_256, 1_206_528],

@@ -1,21 +1,16 @@
 """Lemma 3.2's routing layer delivers valid routings exactly; Theorem 3.1's transformer (the cells of
 chapters/mpc.md tagged ``transformer-mpc``, run here on their own) equals the simulator."""
 
-from pathlib import Path
-
-import jupytext
 import numpy as np
 import pytest
+from _chapters import tagged_cells
 
 from hoplib.mpc import MPCProtocolError
 from hoplib.mpc.protocols import hop_protocol
 from hoplib.mpc.routing import RoutingLayer, random_routing, routing_is_exact
 from hoplib.tasks import hop
 
-CHAPTER = Path(__file__).resolve().parent.parent / "chapters" / "mpc.md"
-_CELLS: dict = {}  # the names the chapter's transformer-mpc cells define (they import what they use)
-exec(compile("\n\n".join(c.source for c in jupytext.read(CHAPTER, fmt="md:myst").cells  # noqa: S102
-                          if "transformer-mpc" in c.metadata.get("tags", [])), str(CHAPTER), "exec"), _CELLS)
+_CELLS = tagged_cells("mpc", "transformer-mpc")  # the names the chapter's transformer-mpc cells define
 TransformerMPC, input_independent_width = _CELLS["TransformerMPC"], _CELLS["input_independent_width"]
 
 

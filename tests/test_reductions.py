@@ -4,13 +4,12 @@ chapter), and of the attention sweeps."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
-import jupytext
 import numpy as np
 import pytest
 import torch
+from _chapters import tagged_cells
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,10 +20,7 @@ from hoplib.models import GPT, GPTConfig, gpt_for_task
 from hoplib.report import ErrorRecord, smallest_depth
 from hoplib.tasks import HopTask
 
-CHAPTER = Path(__file__).resolve().parent.parent / "chapters" / "efficient_attention.md"
-_CELLS: dict = {}  # the names the chapter's reduction-code cells define (they import what they use)
-exec(compile("\n\n".join(c.source for c in jupytext.read(CHAPTER, fmt="md:myst").cells  # noqa: S102
-                          if "reduction-code" in c.metadata.get("tags", [])), str(CHAPTER), "exec"), _CELLS)
+_CELLS = tagged_cells("efficient_attention", "reduction-code")  # the names the chapter's reduction cells define
 eff = SimpleNamespace(**_CELLS)
 
 

@@ -1,6 +1,7 @@
 """Performer kernel attention (FAVOR+, Corollary 5.3) and Longformer masks (Corollary 5.4) for
 :class:`hoplib.models.GPT` (``GPTConfig(attention=PerformerAttention(m'))``). Causal kernel attention is computed
-as running sums (the state a player posts) or as T x T weights, both stabilised so that exp does not overflow.
+here as T x T weights, stabilised so that exp does not overflow; its running sums (the state a player posts),
+the positive features and masked softmax are cells of chapters/efficient_attention.md (tagged attention-code).
 Positions are 0-based, so position 0 (the hop-count token) is always global."""
 
 from __future__ import annotations
@@ -39,13 +40,8 @@ def log_features(x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     return xs @ features.to(dt).T - 0.5 * xs.pow(2).sum(-1, keepdim=True)
 
 
-def positive_features(x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """phi(x') = exp(W x' - |x'|^2 / 2) / sqrt(m'), without stabiliser: E[phi(q') . phi(k')] = exp(q' . k')."""
-    return log_features(x, features).exp() / math.sqrt(features.shape[0])
-
-
-def _stable_features(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def stable_features(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Features of q over their per-query max (a constant that cancels), of k over their max c (returned)."""
     lq, lk = log_features(q, features), log_features(k, features)
     c = lk.amax(-1)
@@ -55,7 +51,7 @@ def _stable_features(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor
 def kernel_attention_weights(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """Causal FAVOR+ attention weights (..., T, T) in the quadratic form, rows summing to 1."""
     with torch.autocast(device_type=q.device.type, enabled=False):
-        fq, fk, c = _stable_features(q, k, features)
+        fq, fk, c = stable_features(q, k, features)
         t = q.shape[-2]
         causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
         big_m = torch.cummax(c, dim=-1).values  # running max over keys j <= i
@@ -74,33 +70,6 @@ def elu_attention_weights(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return raw / raw.sum(-1, keepdim=True)
 
 
-def kernel_attention_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor,
-                            state: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                            ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Causal FAVOR+ attention as running sums: ``(y, state)``, state (S, z, M) with M the running key maximum
-    (the stabiliser); pass a returned state to continue on the next block."""
-    with torch.autocast(device_type=q.device.type, enabled=False):
-        fq, fk, c = _stable_features(q, k, features)
-        vf, batch = v.float(), q.shape[:-2]
-        if state is None:
-            s = torch.zeros(*batch, features.shape[0], v.shape[-1], device=q.device)
-            z = torch.zeros(*batch, features.shape[0], device=q.device)
-            big_m = torch.full(batch, float("-inf"), device=q.device)
-        else:
-            s, z, big_m = (t.float() for t in state)
-        out = []
-        for i in range(q.shape[-2]):
-            new_m = torch.maximum(big_m, c[..., i])
-            decay = (big_m - new_m).exp()  # 0 at the start (exp(-inf)); the sums are 0 there anyway
-            fki = fk[..., i, :] * (c[..., i] - new_m).exp().unsqueeze(-1)
-            s = s * decay[..., None, None] + fki.unsqueeze(-1) * vf[..., i, :].unsqueeze(-2)
-            z = z * decay.unsqueeze(-1) + fki
-            big_m = new_m
-            fqi = fq[..., i, :]
-            out.append((fqi.unsqueeze(-2) @ s).squeeze(-2) / (fqi * z).sum(-1, keepdim=True))
-        return torch.stack(out, dim=-2), (s, z, big_m)
-
-
 # --------------------------------------------------------------------------- Longformer masks
 def longformer_mask(n: int, window: int, global_every: int | None = None,
                     device: str | torch.device | None = None) -> torch.Tensor:
@@ -108,12 +77,6 @@ def longformer_mask(n: int, window: int, global_every: int | None = None,
     i, j = torch.arange(n, device=device).unsqueeze(1), torch.arange(n, device=device)
     glob = (j % global_every == 0) if global_every is not None else torch.zeros_like(j, dtype=torch.bool)
     return (j <= i) & (((i - j) <= window) | glob)
-
-
-def masked_softmax_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) + Lambda) with Lambda = 0 where ``mask`` is True and -inf elsewhere."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
 
 
 # --------------------------------------------------------------------------- the attentions of a GPT layer

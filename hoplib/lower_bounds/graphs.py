@@ -168,9 +168,3 @@ def serialise(batch: GraphBatch, n_ids: int | None = None, *,
 def vocab_size(n_ids: int, *, marks: bool = False) -> int:
     """Vocabulary size of :func:`serialise` with ``n_ids`` node names (node tokens, SEP, QRY, END)."""
     return (3 if marks else 1) * n_ids + 3
-
-
-def parse_serialised(ids: torch.Tensor, n_ids: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Inverse of :func:`serialise` (with or without marks): edges (B, E, 2), s, t (B,) from ids (B, 3E + 4)."""
-    body = ids[:, 3:-1].reshape(ids.shape[0], -1, 3)
-    return body[:, :, 1:] % n_ids, ids[:, 1] % n_ids, ids[:, 2] % n_ids

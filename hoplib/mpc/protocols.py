@@ -265,14 +265,3 @@ def _fastsv_iteration(sim: MPCSimulator, n: int, m: int, cv: int, ce: int, seed:
         return mem
 
     sim.defer(apply)
-
-
-def cycles_instance(num_vertices: int, two_cycles: bool, seed: int = 0) -> np.ndarray:
-    """Conjecture 2.4's instances as edges (n, 2): one cycle on n = ``num_vertices`` vertices, or two disjoint
-    cycles on n/2 each, with vertex names shuffled (so that no protocol can read the answer off the names)."""
-    n = num_vertices
-    if n % 2:
-        raise ValueError(f"num_vertices must be even (two cycles of n/2), got {n}")
-    perm = np.random.default_rng(seed).permutation(n)
-    rings = np.split(np.arange(n), 2 if two_cycles else 1)
-    return perm[np.concatenate([np.column_stack([r, np.roll(r, -1)]) for r in rings])].astype(np.int64)

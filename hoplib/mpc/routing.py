@@ -21,11 +21,6 @@ PIECES = 64 // PIECE_BITS
 _SHIFTS = np.arange(PIECES, dtype=np.uint64) * np.uint64(PIECE_BITS)
 
 
-def lemma_slots(s: int, num_tokens: int) -> int:
-    """Slots m' of Fact B.2 that work for every valid routing: 12 b^2 ln(N^2) with b = s^2."""
-    return math.ceil(12 * s**4 * math.log(num_tokens**2))
-
-
 def _split_words(words: np.ndarray) -> np.ndarray:
     """int64 (..., w) -> (..., 4 w) unsigned 16-bit pieces."""
     u = words.astype(np.int64).view(np.uint64)
