@@ -76,3 +76,39 @@ def test_gpu_summary_stores_each_chapters_status_and_refuses_to_overwrite(tmp_pa
     assert b == {"chapter": "b", "started": False}
     with pytest.raises(SystemExit):
         summary.main([str(work), "--out", str(out)])
+
+
+def test_gpu_session_runs_the_sweeps_beside_no_chapters_and_brings_their_files_back(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+
+    tree = tmp_path / "repo"
+    (tree / "scripts").mkdir(parents=True)
+    (tree / "benchmarks").mkdir()
+    shutil.copy(ROOT / "scripts" / "gpu_session.sh", tree / "scripts")
+    shutil.copy(ROOT / "benchmarks" / "gpu_summary.py", tree / "benchmarks")
+    (tree / "hoplib").symlink_to(ROOT / "hoplib")
+    (tree / "scripts" / "fake_sweep.py").write_text(
+        "import json, pathlib, sys\n"
+        "args = dict(zip(sys.argv[1::2], sys.argv[2::2]))\n"
+        "out = pathlib.Path(args['--out']) / 'fake' / f\"seed{args['--seed']}.json\"\n"
+        "out.parent.mkdir(parents=True, exist_ok=True)\n"
+        "out.write_text(json.dumps(args))\n"
+        "print('wrote', out)\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "DEVICE": "cpu", "CHAPTERS": "", "BENCH_S": "0", "TOTAL_S": "120",
+           "PYTHON": sys.executable, "SOURCE_COMMIT": "abc",
+           "SWEEPS": "fake_sweep.py --seed 0;fake_sweep.py --seed 1"}
+    run = subprocess.run(["bash", str(tree / "scripts" / "gpu_session.sh")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "2 sweeps beside the chapters" in run.stdout
+    for seed in (0, 1):  # each sweep got the device and the results root, and its file came back
+        kept = json.loads((out / "work" / "results" / "fake" / f"seed{seed}.json").read_text())
+        assert kept == {"--seed": str(seed), "--device": "cpu", "--out": "results"}
+    with tarfile.open(out / "session.tar.gz") as tar:
+        assert "./results/fake/seed1.json" in tar.getnames()
