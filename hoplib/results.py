@@ -282,7 +282,10 @@ def check_results_path(path: str | os.PathLike, *, overwrite: bool = False, opti
 
 def git_commit(path: str | os.PathLike | None = None) -> str:
     """The git commit of the checkout that holds ``path`` (default: hoplib's), ``+dirty`` when the library,
-    chapters or scripts have uncommitted changes, or ``'unknown'``."""
+    chapters or scripts have uncommitted changes, or ``'unknown'``. ``HOPLIB_SOURCE_COMMIT``, when set, names it
+    instead: a copy of a commit sent to another machine (a GPU's) may carry no history, or another's."""
+    if source := os.environ.get("HOPLIB_SOURCE_COMMIT"):
+        return source
     where = Path(path) if path is not None else Path(hoplib.__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)

@@ -110,3 +110,12 @@ def test_autocast_uses_bf16_only_where_the_gpu_has_it_natively(monkeypatch, capa
     got = device.autocast(cuda)
     assert got == ("cuda", torch.bfloat16) if bf16 else isinstance(got, contextlib.nullcontext)
     assert isinstance(device.autocast(torch.device("cpu")), contextlib.nullcontext)
+
+
+def test_provenance_names_the_source_commit_given_for_a_copy_sent_elsewhere(monkeypatch):
+    from hoplib.results import git_commit, provenance
+
+    monkeypatch.setenv("HOPLIB_SOURCE_COMMIT", "b4e9c66f14e7b39b08322ad6d1e0f83c0cbdb715")
+    assert git_commit() == provenance("cpu")["git_commit"] == "b4e9c66f14e7b39b08322ad6d1e0f83c0cbdb715"
+    monkeypatch.delenv("HOPLIB_SOURCE_COMMIT")
+    assert git_commit() != "b4e9c66f14e7b39b08322ad6d1e0f83c0cbdb715"
