@@ -18,8 +18,9 @@
 #   SWEEPS="run_rnn.py --part capacity --seed 0 --steps 8000 --workers 7"
 # The paper grid itself: python scripts/run_training.py --grid paper --ensemble --device cuda --out runs/paper.
 # PARAMS adds chapter parameters (PARAMS="-p max_steps 200": a trial of every cell, each run cut to 200 steps).
-# Other settings (environment): OUT (.tmp/gpu_out), WORK ($OUT/work), DEVICE (cuda), PYTHON (python3), SOURCE_COMMIT (the commit
-# every results file records: a copy sent to the GPU machine may carry no history, or another's). A dry run on a CPU:
+# Other settings (environment): OUT (.tmp/gpu_out), WORK ($OUT/work), DEVICE (cuda), PYTHON (python3),
+# SOURCE_COMMIT (the commit every results file records: a copy sent to a GPU machine may carry no history, or
+# another commit's). A dry run on a CPU:
 #   DEVICE=cpu PROFILE=quick BENCH_ARGS=--tiny TOTAL_S=300 PYTHON=python bash scripts/gpu_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
