@@ -63,7 +63,7 @@ def _watch_parent(parent: int, every_s: float = 0.5) -> None:
     os._exit(1)  # the parent died (its children were handed to init): stop at once, whatever the point
 
 
-def map_points(fn: Job, points: Sequence[Any], *, workers: int = 1, device: str = "cpu",
+def map_points(fn: Job, points: Sequence[Any], *, workers: int = 1,
                on_result: Callable[[list[Any]], None] | None = None, executor: Any = None,
                done: dict[int, Any] | None = None) -> list[Any]:
     """``[fn(i, point) for i, point in enumerate(points)]``: in this process, in ``workers`` spawned processes
@@ -144,7 +144,7 @@ def run_sweep(job: Job, points: Sequence[Any], path: str | Path, params: dict[st
             stored[0] = len(done)
 
         t0 = time.perf_counter()
-        results = map_points(job, points, workers=workers, device=device, executor=executor, done=done,
+        results = map_points(job, points, workers=workers, executor=executor, done=done,
                              on_result=keep)
         rows = [r for res in results for r in (res if isinstance(res, list) else [res])]
         try:

@@ -149,7 +149,7 @@ def alphabet_sweep(s: dict[str, Any], *, seed: int, device: str) -> tuple[list[d
 
 def alphabet_run(s: dict[str, Any], *, seed: int, device: str, workers: int) -> list[dict]:
     points, job = alphabet_sweep(s, seed=seed, device=device)
-    return map_points(job, points, workers=workers, device=device)
+    return map_points(job, points, workers=workers)
 
 
 def state_point(n: int, s: dict[str, Any], kind: str, width: int, lr: float) -> dict[str, Any]:

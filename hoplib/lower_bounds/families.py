@@ -105,7 +105,7 @@ def sweep_points(task: HopTask, points: Sequence[dict[str, Any]], settings: Mapp
         if keep is not None:
             return [r for rec in kept_sweep(job, points, keep, params, device=job.keywords["device"],
                                             workers=workers) for r in (rec if isinstance(rec, list) else [rec])]
-        return [r for records in map_points(job, points, workers=workers, device=job.keywords["device"])
+        return [r for records in map_points(job, points, workers=workers)
                 for r in records]
     finally:
         bar.close()
