@@ -1,5 +1,5 @@
-"""Lemma 3.2's routing layer delivers valid routings exactly; Theorem 3.1's transformer (the cells of
-chapters/mpc.md tagged ``transformer-mpc``, run here on their own) equals the simulator."""
+"""Lemma 3.2's routing layer delivers valid routings exactly, and Theorem 3.1's transformer equals the
+simulator: both are the cells of chapters/mpc.md tagged ``transformer-mpc``, run here on their own."""
 
 import numpy as np
 import pytest
@@ -7,11 +7,13 @@ from _chapters import tagged_cells
 
 from hoplib.mpc import MPCProtocolError
 from hoplib.mpc.protocols import hop_protocol
-from hoplib.mpc.routing import RoutingLayer, random_routing, routing_is_exact
 from hoplib.tasks import hop
 
 _CELLS = tagged_cells("mpc", "transformer-mpc")  # the names the chapter's transformer-mpc cells define
 TransformerMPC, input_independent_width = _CELLS["TransformerMPC"], _CELLS["input_independent_width"]
+RoutingLayer, random_routing = _CELLS["RoutingLayer"], _CELLS["random_routing"]
+routing_is_exact, split_words, join_words = (_CELLS[k] for k in ("routing_is_exact", "split_words",
+                                                                 "join_words"))
 
 
 @pytest.mark.parametrize("n,s,beta,seed", [(16, 1, 1, 0), (16, 2, 3, 1), (64, 3, 2, 2), (128, 4, 1, 3)])
@@ -36,6 +38,14 @@ def test_routing_keeps_64_bit_words_and_repeated_messages():
     src, dest = np.array([0, 0, 1, 5]), np.array([3, 3, 3, 2])
     msg = np.array([[2**62 + 7, -5], [2**62 + 7, -5], [np.iinfo(np.int64).max, 0], [1, 2]])
     assert routing_is_exact(layer.forward(src, dest, msg), src, dest, msg)
+
+
+def test_words_split_into_16_bit_pieces_and_join_back():
+    words = np.array([[0, -1, np.iinfo(np.int64).min, np.iinfo(np.int64).max], [1, 2**40 + 3, -7, 65535]])
+    pieces = split_words(words)
+    assert pieces.shape == (2, 16) and pieces.min() >= 0 and pieces.max() < 2**16
+    np.testing.assert_array_equal(join_words(pieces), words)
+    assert join_words(split_words(np.zeros((0, 2), np.int64))).shape == (0, 2)
 
 
 def test_too_few_slots_lose_messages_and_the_check_notices():

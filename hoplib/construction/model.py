@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hoplib.construction import layers
+import hoplib.construction.layers as layers
 from hoplib.construction.blocks import MLP
 from hoplib.construction.layers import Spec, hop_program
 from hoplib.construction.layout import angles, hop_layout
