@@ -209,4 +209,7 @@ def test_capacity_runs_read_every_budget_seed_and_device_and_the_headline_takes_
     got = sorted(zip(runs.seed, runs.steps, runs.device, strict=True))
     assert got == [(0, 2000, "cpu"), (0, 4000, "cpu"), (0, 8000, "cuda"), (1, 2000, "cpu")]
     assert runs.ratio.iloc[0] == 2 * 128 / 160
-    assert families.replicated_budget(runs) == 2000 and families.replicated_budget(runs, min_seeds=1) == 8000
+    assert families.replicated_budget(runs, min_seeds=2) == 2000
+    assert families.replicated_budget(runs, min_seeds=1) == 8000
+    with pytest.raises(ValueError, match="no capacity budget"):  # none on three seeds
+        families.replicated_budget(runs)

@@ -187,9 +187,13 @@ def plot_headline():
     return fig
 
 
-def replicated_budget(runs: Any, min_seeds: int = 2) -> int:
-    """The largest step budget of :func:`capacity_runs` stored with at least ``min_seeds`` seeds."""
+def replicated_budget(runs: Any, min_seeds: int = 3) -> int:
+    """The largest step budget of :func:`capacity_runs` stored with at least ``min_seeds`` seeds (default: all
+    three of the sweep, so that a budget whose seeds are still training is not drawn)."""
     seeds = runs.groupby("steps").seed.nunique()
+    if not (seeds >= min_seeds).any():
+        raise ValueError(f"no capacity budget is stored with {min_seeds} seeds (seeds a budget: "
+                         f"{seeds.to_dict()})")
     return int(seeds[seeds >= min_seeds].index.max())
 
 
